@@ -1,0 +1,281 @@
+"""The policy contract every router policy implements.
+
+A policy is a pure, in-memory learner: no I/O, no clock, no database. The gateway and the offline
+benchmark drive the same objects through these calls:
+
+- ``select(context) -> Decision``: which model(s) to call for one prompt.
+- ``update(observation)``: fold one piece of feedback (a reward, a cost, or an output embedding).
+- ``add_arm(name)`` / ``remove_arm(name)``: models come and go at any time.
+- ``state_dict()`` / ``Policy.from_state(state)``: plain arrays and scalars, so a policy can be
+  snapshotted, exported, imported and compared. ``encode_state`` / ``decode_state`` turn such a dict into
+  bytes and back without pickle.
+
+A policy owns a ``numpy.random.Generator`` seeded from the router's seed. Callers that need decisions that
+do not depend on how many selections a process served before (several gateway replicas folding the same
+event log) pass their own generator in ``Context.rng``; the policy then draws from that one.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
+
+import numpy as np
+
+ObservationKind = Literal["bandit", "query", "cascade-step"]
+DecisionMode = Literal["single", "cascade", "set", "mixture"]
+OBSERVATION_KINDS: tuple[str, ...] = ("bandit", "query", "cascade-step")
+
+
+class PolicyConfigError(ValueError):
+    """A hyperparameter or argument is invalid; the message names it."""
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a policy sees for one prompt.
+
+    ``embedding`` is a unit-norm float32 vector. ``arms`` restricts the choice to these models (None: every
+    arm the policy knows). ``costs`` is the expected USD cost of one call per arm for this prompt (prices x
+    estimated tokens), for cost-aware policies. ``tried`` lists models already called for this prompt in
+    an adaptive cascade (they must not be chosen again). ``constraints`` carries per-request limits (for
+    example ``max_calls``).
+    """
+
+    embedding: np.ndarray
+    arms: Sequence[str] | None = None
+    costs: Mapping[str, float] | None = None
+    tried: Sequence[str] = ()
+    constraints: Mapping[str, Any] = field(default_factory=dict)
+    rng: np.random.Generator | None = None
+
+
+@dataclass
+class Decision:
+    """What to call for one prompt.
+
+    ``arms`` is the ordered list of models to call: one for single-choice policies, several for cascades
+    (call in order, stop on success) and sets (call all), empty when the policy declines the prompt.
+    ``adaptive`` means a cascade decided one step at a time: call ``arms[0]``, report the outcome as a
+    ``cascade-step`` observation, then ``select`` again with the called models in ``Context.tried``.
+    ``query`` names the extra models whose rewards the policy asks for (active learning), ``scores`` the
+    per-model numbers that explain the choice (for UCB policies: estimate, bonus, index), and ``info``
+    anything else a policy reports (mixture weights, chosen k, ...).
+    """
+
+    arms: list[str]
+    scores: dict[str, dict[str, float]] = field(default_factory=dict)
+    mode: DecisionMode = "single"
+    adaptive: bool = False
+    query: list[str] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def arm(self) -> str | None:
+        return self.arms[0] if self.arms else None
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One piece of feedback about one model's answer to one prompt.
+
+    ``kind``: ``bandit`` (the chosen model's reward), ``query`` (an active-learning probe of another model),
+    ``cascade-step`` (a step of a cascade; ``reward`` is the step's outcome). ``reward`` or ``cost`` may be
+    None when the feedback carries only the other. ``output_embedding`` is the answer's embedding, the
+    feedback of diversity-aware mixture policies.
+    """
+
+    embedding: np.ndarray
+    arm: str
+    reward: float | None = None
+    cost: float | None = None
+    kind: ObservationKind = "bandit"
+    output_embedding: np.ndarray | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """The contract. See the module docstring."""
+
+    name: ClassVar[str]
+
+    @property
+    def arms(self) -> list[str]: ...
+
+    def select(self, context: Context) -> Decision: ...
+
+    def update(self, observation: Observation) -> None: ...
+
+    def add_arm(self, arm: str) -> None: ...
+
+    def remove_arm(self, arm: str) -> None: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> Policy: ...
+
+
+def candidate_arms(known: Sequence[str], context: Context) -> list[str]:
+    """The arms a policy may choose for ``context``: known arms, restricted to ``context.arms``, minus
+    ``context.tried``, in the policy's own order (so tie-breaking by position is reproducible)."""
+    allowed = set(known) if context.arms is None else set(context.arms) & set(known)
+    tried = set(context.tried)
+    return [a for a in known if a in allowed and a not in tried]
+
+
+def argmax_random_tie(values: np.ndarray, rng: np.random.Generator) -> int:
+    """Index of the largest value, ties (including several +inf) broken uniformly at random."""
+    best = np.max(values)
+    ties = np.flatnonzero(values == best)
+    return int(ties[0]) if ties.size == 1 else int(rng.choice(ties))
+
+
+def make_rng(seed: int | None) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+def rng_state(rng: np.random.Generator) -> dict[str, Any]:
+    """A JSON-able copy of a generator's state (PCG64 state holds Python ints)."""
+    return dict(rng.bit_generator.state)
+
+
+def rng_from_state(state: Mapping[str, Any]) -> np.random.Generator:
+    rng = np.random.default_rng()
+    rng.bit_generator.state = dict(state)
+    return rng
+
+
+def unit(vector: np.ndarray | Sequence[float]) -> np.ndarray:
+    """float32, L2-normalised copy (the zero vector stays zero)."""
+    v = np.asarray(vector, dtype=np.float32).reshape(-1)
+    n = float(np.linalg.norm(v))
+    return v / n if n > 0 else v.copy()
+
+
+# --- state (de)serialisation: JSON with arrays as base64, no pickle -----------------------------------
+
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        data = np.ascontiguousarray(value)
+        return {
+            "__ndarray__": base64.b64encode(data.tobytes()).decode("ascii"),
+            "dtype": data.dtype.str,
+            "shape": list(data.shape),
+        }
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, Mapping):
+        return {str(k): _encode(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_encode(v) for v in value]
+    if isinstance(value, float) and not np.isfinite(value):
+        return {"__float__": repr(value)}
+    return value
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, dict):
+        if "__ndarray__" in value:
+            raw = base64.b64decode(value["__ndarray__"])
+            return np.frombuffer(raw, dtype=np.dtype(value["dtype"])).reshape(value["shape"]).copy()
+        if "__float__" in value and len(value) == 1:
+            return float(value["__float__"])
+        return {k: _decode(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_decode(v) for v in value]
+    return value
+
+
+def encode_state(state: Mapping[str, Any]) -> bytes:
+    """Serialise a ``state_dict()`` (nested dicts, lists, scalars, numpy arrays) to UTF-8 JSON bytes."""
+    return json.dumps(_encode(state), separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+
+def decode_state(blob: bytes | str) -> dict[str, Any]:
+    """Inverse of ``encode_state``: arrays come back with their dtype and shape."""
+    decoded = _decode(json.loads(blob))
+    if not isinstance(decoded, dict):
+        raise PolicyConfigError("a policy state must be a JSON object")
+    return decoded
+
+
+class PolicyBase:
+    """Shared plumbing for policies: the arm list, the seeded generator and the state envelope.
+
+    Subclasses set ``name``, accept their hyperparameters as keyword arguments in ``__init__`` (validated
+    there, with messages that name the argument), record them in ``self.config`` and implement
+    ``select``, ``update``, ``_on_add_arm``, ``_on_remove_arm``, ``_state`` and ``_load``.
+    ``from_state`` rebuilds ``cls(arms=..., seed=None, **config)`` and then loads the learned part.
+    """
+
+    name: ClassVar[str] = "base"
+
+    def __init__(self, arms: Sequence[str] = (), seed: int | None = 0) -> None:
+        if len(set(arms)) != len(arms):
+            raise PolicyConfigError(f"arms must be distinct, got {list(arms)}")
+        self._arms: list[str] = list(arms)
+        self.seed = seed
+        self.rng = make_rng(seed)
+        self.config: dict[str, Any] = {}
+
+    @property
+    def arms(self) -> list[str]:
+        return list(self._arms)
+
+    def _rng(self, context: Context) -> np.random.Generator:
+        return context.rng if context.rng is not None else self.rng
+
+    def add_arm(self, arm: str) -> None:
+        if arm in self._arms:
+            return
+        self._arms.append(arm)
+        self._on_add_arm(arm)
+
+    def remove_arm(self, arm: str) -> None:
+        if arm not in self._arms:
+            return
+        self._arms.remove(arm)
+        self._on_remove_arm(arm)
+
+    def _on_add_arm(self, arm: str) -> None:  # pragma: no cover - default: nothing to allocate
+        pass
+
+    def _on_remove_arm(self, arm: str) -> None:  # pragma: no cover
+        pass
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "policy": self.name,
+            "config": dict(self.config),
+            "arms": list(self._arms),
+            "seed": self.seed,
+            "rng": rng_state(self.rng),
+            "learned": self._state(),
+        }
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> Any:
+        if state.get("policy") != cls.name:
+            raise PolicyConfigError(f"state is for policy {state.get('policy')!r}, not {cls.name!r}")
+        policy = cls(arms=list(state["arms"]), seed=state.get("seed"), **dict(state.get("config", {})))
+        policy.rng = rng_from_state(state["rng"])
+        policy._load(state.get("learned", {}))
+        return policy
+
+    def _state(self) -> dict[str, Any]:
+        return {}
+
+    def _load(self, learned: Mapping[str, Any]) -> None:
+        pass
+
+
+def require(condition: bool, message: str) -> None:
+    """Raise ``PolicyConfigError(message)`` unless ``condition``: hyperparameter validation."""
+    if not condition:
+        raise PolicyConfigError(message)

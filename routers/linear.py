@@ -1,0 +1,127 @@
+"""Linear contextual bandits: disjoint LinUCB (Li et al., 2010, Algorithm 1).
+
+Per arm a, a ridge regression of reward on the context x:
+
+    A_a = lambda I + sum_s x_s x_s^T,    b_a = sum_s r_s x_s,    theta_a = A_a^{-1} b_a
+    index_a(x) = x^T theta_a + alpha * sqrt(x^T A_a^{-1} x)
+
+The inverse is kept in closed form with the Sherman-Morrison update
+    A^{-1} <- A^{-1} - (A^{-1} x x^T A^{-1}) / (1 + x^T A^{-1} x),
+so ``select`` and ``update`` cost O(d^2) per arm, independent of the history length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from routers.base import (
+    Context,
+    Decision,
+    Observation,
+    PolicyBase,
+    argmax_random_tie,
+    candidate_arms,
+    require,
+)
+
+
+class LinUCB(PolicyBase):
+    """Disjoint LinUCB. Hyperparameters: ``alpha`` (bonus weight, >= 0), ``ridge`` (lambda > 0), ``dim``
+    (context dimension; inferred from the first context when omitted)."""
+
+    name: ClassVar[str] = "linucb"
+
+    def __init__(
+        self,
+        arms: Sequence[str] = (),
+        seed: int | None = 0,
+        alpha: float = 1.0,
+        ridge: float = 1.0,
+        dim: int | None = None,
+    ) -> None:
+        super().__init__(arms, seed)
+        require(np.isfinite(alpha) and alpha >= 0, f"alpha must be a finite number >= 0, got {alpha!r}")
+        require(np.isfinite(ridge) and ridge > 0, f"ridge must be a finite number > 0, got {ridge!r}")
+        require(dim is None or (isinstance(dim, int) and dim > 0), f"dim must be a positive int, got {dim!r}")
+        self.alpha = float(alpha)
+        self.ridge = float(ridge)
+        self.dim = dim
+        self.config = {"alpha": self.alpha, "ridge": self.ridge, "dim": dim}
+        self._a_inv: dict[str, np.ndarray] = {}
+        self._b: dict[str, np.ndarray] = {}
+        self._n: dict[str, int] = {}
+        if dim is not None:
+            for arm in self._arms:
+                self._on_add_arm(arm)
+
+    def _ensure_dim(self, x: np.ndarray) -> None:
+        if self.dim is None:
+            self.dim = int(x.shape[0])
+            self.config["dim"] = self.dim
+            for arm in self._arms:
+                self._on_add_arm(arm)
+        require(x.shape == (self.dim,), f"context has dimension {x.shape}, expected ({self.dim},)")
+
+    def _on_add_arm(self, arm: str) -> None:
+        if self.dim is None or arm in self._a_inv:
+            return
+        self._a_inv[arm] = np.eye(self.dim) / self.ridge
+        self._b[arm] = np.zeros(self.dim)
+        self._n[arm] = 0
+
+    def _on_remove_arm(self, arm: str) -> None:
+        for table in (self._a_inv, self._b, self._n):
+            table.pop(arm, None)
+
+    def explain(self, arm: str, x: np.ndarray) -> dict[str, float]:
+        """estimate = x^T theta_a, bonus = alpha * sqrt(x^T A_a^{-1} x), index = estimate + bonus."""
+        a_inv = self._a_inv[arm]
+        a_inv_x = a_inv @ x
+        estimate = float(a_inv_x @ self._b[arm])  # x^T A^-1 b, A^-1 symmetric
+        bonus = self.alpha * float(np.sqrt(max(float(x @ a_inv_x), 0.0)))
+        return {"estimate": estimate, "bonus": bonus, "index": estimate + bonus, "n": float(self._n[arm])}
+
+    def select(self, context: Context) -> Decision:
+        x = np.asarray(context.embedding, dtype=np.float64).reshape(-1)
+        self._ensure_dim(x)
+        arms = candidate_arms(self._arms, context)
+        if not arms:
+            return Decision(arms=[], info={"reason": "no candidate arm"})
+        scores = {arm: self.explain(arm, x) for arm in arms}
+        index = np.array([scores[a]["index"] for a in arms])
+        chosen = arms[argmax_random_tie(index, self._rng(context))]
+        return Decision(arms=[chosen], scores=scores)
+
+    def update(self, observation: Observation) -> None:
+        """Fold one reward: A^{-1} by Sherman-Morrison, b += r x. Feedback without a reward is ignored."""
+        if observation.reward is None or observation.arm not in self._arms:
+            return
+        x = np.asarray(observation.embedding, dtype=np.float64).reshape(-1)
+        self._ensure_dim(x)
+        a_inv = self._a_inv[observation.arm]
+        a_inv_x = a_inv @ x
+        a_inv -= np.outer(a_inv_x, a_inv_x) / (1.0 + float(x @ a_inv_x))
+        self._b[observation.arm] += float(observation.reward) * x
+        self._n[observation.arm] += 1
+
+    def _state(self) -> dict[str, Any]:
+        return {
+            "dim": self.dim,
+            "a_inv": {a: m.copy() for a, m in self._a_inv.items()},
+            "b": {a: v.copy() for a, v in self._b.items()},
+            "n": dict(self._n),
+        }
+
+    def _load(self, learned: Mapping[str, Any]) -> None:
+        if learned.get("dim") is None:
+            return
+        self.dim = int(learned["dim"])
+        self.config["dim"] = self.dim
+        self._a_inv = {a: np.array(m, dtype=np.float64) for a, m in learned["a_inv"].items()}
+        self._b = {a: np.array(v, dtype=np.float64) for a, v in learned["b"].items()}
+        self._n = {a: int(n) for a, n in learned["n"].items()}
+        for arm in self._arms:
+            self._on_add_arm(arm)

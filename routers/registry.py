@@ -1,0 +1,48 @@
+"""The one list of policies: ``POLICIES`` maps a policy name to a factory.
+
+A factory is called as ``factory(arms=[...], seed=int, **hyperparameters)`` and returns a policy that
+implements ``routers.base.Policy``; bad hyperparameters raise ``PolicyConfigError`` (or ``TypeError`` for
+unknown names), which the admin API turns into a 422. Adding a policy is one module plus one line here.
+Presets are factories too (``functools.partial`` over a class with some hyperparameters fixed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from routers.base import Policy, PolicyConfigError
+from routers.linear import LinUCB
+
+PolicyFactory = Callable[..., Policy]
+
+POLICIES: dict[str, PolicyFactory] = {
+    "linucb": LinUCB,
+}
+
+
+def build_policy(
+    name: str, arms: Sequence[str], seed: int | None = 0, hyperparameters: Mapping[str, Any] | None = None
+) -> Policy:
+    """Construct policy ``name``; every configuration error comes back as ``PolicyConfigError``."""
+    factory = POLICIES.get(name)
+    if factory is None:
+        raise PolicyConfigError(f"unknown policy {name!r}; known: {sorted(POLICIES)}")
+    try:
+        return factory(arms=list(arms), seed=seed, **dict(hyperparameters or {}))
+    except TypeError as exc:  # unknown or missing keyword
+        raise PolicyConfigError(f"bad hyperparameters for {name!r}: {exc}") from exc
+
+
+def restore_policy(state: Mapping[str, Any]) -> Policy:
+    """Rebuild a policy from its ``state_dict()``: the factory's class ``from_state``."""
+    name = state.get("policy")
+    factory = POLICIES.get(str(name))
+    if factory is None:
+        raise PolicyConfigError(f"state names unknown policy {name!r}")
+    cls = getattr(factory, "func", factory)  # a preset is a functools.partial over the class
+    from_state = getattr(cls, "from_state", None)
+    if from_state is None:
+        raise PolicyConfigError(f"policy {name!r} cannot be restored from a state")
+    policy: Policy = from_state(state)
+    return policy
