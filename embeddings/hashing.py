@@ -7,6 +7,7 @@ across processes: it uses blake2b, not Python's salted ``hash``.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 from collections.abc import Sequence
 
@@ -32,7 +33,7 @@ class HashingEmbedder:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for row, text in enumerate(texts):
             tokens = _TOKEN.findall(text.lower())
-            for token in tokens + [f"{a} {b}" for a, b in zip(tokens, tokens[1:], strict=False)]:
+            for token in tokens + [f"{a} {b}" for a, b in itertools.pairwise(tokens)]:
                 index, sign = self._bucket(token)
                 out[row, index] += sign
         return normalize_rows(out)
