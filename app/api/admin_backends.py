@@ -1,0 +1,87 @@
+"""Admin: the backend catalog (models, prices, endpoints). Backend API keys are write-only."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, HTTPException, status
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+
+from app.deps import AdminOnly, Session
+from app.schemas import BackendCreate, BackendOut, BackendUpdate
+from app.store.models import Backend, Router
+
+router = APIRouter(prefix="/admin/backends", tags=["admin: backends"], dependencies=[AdminOnly])
+
+
+def backend_out(b: Backend) -> BackendOut:
+    return BackendOut(
+        id=b.id,
+        name=b.name,
+        kind=b.kind,
+        base_url=b.base_url,
+        upstream_model=b.upstream_model,
+        usd_per_mtok_in=b.usd_per_mtok_in,
+        usd_per_mtok_out=b.usd_per_mtok_out,
+        usd_per_call=b.usd_per_call,
+        default_tokens_out=b.default_tokens_out,
+        timeout_s=b.timeout_s,
+        has_api_key=b.api_key_secret is not None,
+        created_at=b.created_at,
+        updated_at=b.updated_at,
+    )
+
+
+async def get_backend(session: Session, name: str) -> Backend:
+    backend = await session.scalar(select(Backend).where(Backend.name == name))
+    if backend is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"backend {name!r} not found")
+    return backend
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=BackendOut)
+async def create_backend(body: BackendCreate, session: Session) -> BackendOut:
+    fields = body.model_dump(exclude={"api_key"})
+    backend = Backend(**fields, api_key_secret=body.api_key)
+    session.add(backend)
+    try:
+        await session.commit()
+    except IntegrityError as exc:
+        raise HTTPException(status.HTTP_409_CONFLICT, f"backend {body.name!r} already exists") from exc
+    return backend_out(backend)
+
+
+@router.get("", response_model=list[BackendOut])
+async def list_backends(session: Session) -> list[BackendOut]:
+    return [backend_out(b) for b in await session.scalars(select(Backend).order_by(Backend.id))]
+
+
+@router.get("/{name}", response_model=BackendOut)
+async def read_backend(name: str, session: Session) -> BackendOut:
+    return backend_out(await get_backend(session, name))
+
+
+@router.patch("/{name}", response_model=BackendOut)
+async def update_backend(name: str, body: BackendUpdate, session: Session) -> BackendOut:
+    backend = await get_backend(session, name)
+    changes = body.model_dump(exclude_unset=True)
+    if "api_key" in changes:
+        backend.api_key_secret = changes.pop("api_key")
+    for field, value in changes.items():
+        if value is None and field != "upstream_model":
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"{field} cannot be null")
+        setattr(backend, field, value)
+    await session.commit()
+    return backend_out(backend)
+
+
+@router.delete("/{name}", status_code=status.HTTP_204_NO_CONTENT)
+async def delete_backend(name: str, session: Session) -> None:
+    """409 while a router still lists the backend as an arm."""
+    backend = await get_backend(session, name)
+    users = [r.name for r in await session.scalars(select(Router)) if name in (r.arms or [])]
+    if users:
+        raise HTTPException(
+            status.HTTP_409_CONFLICT, f"backend {name!r} is an arm of routers {sorted(users)}"
+        )
+    await session.delete(backend)
+    await session.commit()

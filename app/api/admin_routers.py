@@ -1,0 +1,218 @@
+"""Admin: a tenant's routers (policy, hyperparameters, arms) and their learned state."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Any
+
+from fastapi import APIRouter, HTTPException, status
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+
+from app.api.admin_tenants import get_tenant
+from app.deps import AdminOnly, Ctx, Session
+from app.events import RouterChanged
+from app.jsonable import jsonable
+from app.schemas import RouterCreate, RouterOut, RouterStateImport, RouterStateOut, RouterUpdate
+from app.state import fresh_policy
+from app.store.eventlog import max_event_id, snapshot_row
+from app.store.models import Backend, Router, Tenant
+from routers.base import PolicyConfigError, decode_state, encode_state
+from routers.registry import build_policy, restore_policy
+
+router = APIRouter(
+    prefix="/admin/tenants/{tenant}/routers", tags=["admin: routers"], dependencies=[AdminOnly]
+)
+
+UNPROCESSABLE = status.HTTP_422_UNPROCESSABLE_CONTENT
+
+
+def router_out(r: Router, tenant: Tenant) -> RouterOut:
+    return RouterOut(
+        id=r.id,
+        tenant=tenant.name,
+        name=r.name,
+        policy=r.policy,
+        hyperparameters=r.hyperparameters,
+        arms=list(r.arms),
+        reward_range=[r.reward_lo, r.reward_hi],
+        seed=r.seed,
+        is_default=r.is_default,
+        version=r.version,
+        created_at=r.created_at,
+        updated_at=r.updated_at,
+    )
+
+
+async def get_router(session: Session, tenant: Tenant, name: str) -> Router:
+    row = await session.scalar(select(Router).where(Router.tenant_id == tenant.id, Router.name == name))
+    if row is None:
+        raise HTTPException(
+            status.HTTP_404_NOT_FOUND, f"router {name!r} not found for tenant {tenant.name!r}"
+        )
+    return row
+
+
+async def validate(session: Session, policy: str, arms: list[str], seed: int, hp: dict[str, Any]) -> None:
+    """422 unless every arm is a known backend and the registry builds the policy."""
+    if len(set(arms)) != len(arms):
+        raise HTTPException(UNPROCESSABLE, f"arms must be distinct, got {arms}")
+    known = set(await session.scalars(select(Backend.name).where(Backend.name.in_(arms))))
+    missing = [a for a in arms if a not in known]
+    if missing:
+        raise HTTPException(
+            UNPROCESSABLE, f"arms {missing} are not backends; create them under /admin/backends"
+        )
+    try:
+        build_policy(policy, arms, seed, hp)
+    except PolicyConfigError as exc:
+        raise HTTPException(UNPROCESSABLE, str(exc)) from exc
+
+
+async def clear_other_defaults(session: Session, tenant: Tenant, keep: Router) -> None:
+    await session.execute(
+        update(Router).where(Router.tenant_id == tenant.id, Router.id != keep.id).values(is_default=False)
+    )
+
+
+async def announce(ctx: Ctx, row: Router) -> None:
+    """Tell every replica (this one included) that the router changed, so they reload it."""
+    ctx.states.drop(row.id)
+    # If the bus is down, replicas still notice the new version on their next request for this router.
+    with contextlib.suppress(Exception):
+        await ctx.bus.publish(RouterChanged(router_id=row.id, version=row.version))
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=RouterOut)
+async def create_router(tenant: str, body: RouterCreate, session: Session) -> RouterOut:
+    owner = await get_tenant(session, tenant)
+    await validate(session, body.policy, body.arms, body.seed, body.hyperparameters)
+    row = Router(
+        tenant_id=owner.id,
+        name=body.name,
+        policy=body.policy,
+        hyperparameters=body.hyperparameters,
+        arms=body.arms,
+        reward_lo=body.reward_range[0],
+        reward_hi=body.reward_range[1],
+        seed=body.seed,
+        is_default=body.is_default,
+        version=1,
+    )
+    session.add(row)
+    try:
+        await session.flush()
+    except IntegrityError as exc:
+        raise HTTPException(status.HTTP_409_CONFLICT, f"router {body.name!r} already exists") from exc
+    if body.is_default:
+        await clear_other_defaults(session, owner, row)
+    await session.commit()
+    return router_out(row, owner)
+
+
+@router.get("", response_model=list[RouterOut])
+async def list_routers(tenant: str, session: Session) -> list[RouterOut]:
+    owner = await get_tenant(session, tenant)
+    rows = await session.scalars(select(Router).where(Router.tenant_id == owner.id).order_by(Router.id))
+    return [router_out(r, owner) for r in rows]
+
+
+@router.get("/{name}", response_model=RouterOut)
+async def read_router(tenant: str, name: str, session: Session) -> RouterOut:
+    owner = await get_tenant(session, tenant)
+    return router_out(await get_router(session, owner, name), owner)
+
+
+@router.patch("/{name}", response_model=RouterOut)
+async def update_router(tenant: str, name: str, body: RouterUpdate, ctx: Ctx, session: Session) -> RouterOut:
+    """Change a router. New arms join the learned state as cold arms and removed ones leave it; a new
+    policy, hyperparameters or seed relearn from the log since the last reset or import."""
+    owner = await get_tenant(session, tenant)
+    row = await get_router(session, owner, name)
+    policy = body.policy or row.policy
+    arms = body.arms if body.arms is not None else list(row.arms)
+    seed = body.seed if body.seed is not None else row.seed
+    if body.hyperparameters is not None:
+        hp = body.hyperparameters
+    else:
+        hp = row.hyperparameters if policy == row.policy else {}
+    await validate(session, policy, arms, seed, hp)
+    row.policy, row.arms, row.seed, row.hyperparameters = policy, arms, seed, hp
+    if body.reward_range is not None:
+        row.reward_lo, row.reward_hi = body.reward_range
+    if body.is_default is not None:
+        row.is_default = body.is_default
+        if body.is_default:
+            await clear_other_defaults(session, owner, row)
+    row.version += 1
+    await session.commit()
+    await announce(ctx, row)
+    return router_out(row, owner)
+
+
+@router.delete("/{name}", status_code=status.HTTP_204_NO_CONTENT)
+async def delete_router(tenant: str, name: str, ctx: Ctx, session: Session) -> None:
+    """Deletes the router with its decisions, feedback and snapshots."""
+    owner = await get_tenant(session, tenant)
+    row = await get_router(session, owner, name)
+    await session.delete(row)
+    await session.commit()
+    row.version += 1_000_000
+    await announce(ctx, row)
+
+
+@router.get("/{name}/state", response_model=RouterStateOut)
+async def export_state(tenant: str, name: str, ctx: Ctx, session: Session) -> RouterStateOut:
+    """The policy's learned state as this process holds it (snapshot plus folded events)."""
+    owner = await get_tenant(session, tenant)
+    row = await get_router(session, owner, name)
+    runtime = await ctx.states.get(row)
+    return RouterStateOut(
+        router=row.name,
+        policy=row.policy,
+        version=row.version,
+        watermark=runtime.watermark,
+        events_folded=runtime.events_folded,
+        last_event_id=runtime.last_event_id,
+        state=json.loads(encode_state(runtime.policy.state_dict())),
+    )
+
+
+async def _replace_state(ctx: Ctx, session: Session, row: Router, kind: str, state: bytes) -> None:
+    watermark = await max_event_id(session, row.id)
+    session.add(snapshot_row(row, kind, watermark, 0, state))
+    row.version += 1
+    await session.commit()
+    await announce(ctx, row)
+
+
+@router.post("/{name}/state", response_model=RouterOut)
+async def import_state(
+    tenant: str, name: str, body: RouterStateImport, ctx: Ctx, session: Session
+) -> RouterOut:
+    """Replace the learned state (warm start from offline logs or another router's export). The router
+    takes the state's policy, hyperparameters and seed; events up to now are not folded on top."""
+    owner = await get_tenant(session, tenant)
+    row = await get_router(session, owner, name)
+    try:
+        decoded = decode_state(json.dumps(jsonable(body.state)))
+        policy = restore_policy(decoded)
+    except (PolicyConfigError, KeyError, TypeError, ValueError) as exc:
+        raise HTTPException(UNPROCESSABLE, f"state cannot be restored: {exc}") from exc
+    state = policy.state_dict()
+    row.policy = str(state["policy"])
+    row.hyperparameters = jsonable(state.get("config", {}))
+    if state.get("seed") is not None:
+        row.seed = int(state["seed"])
+    await _replace_state(ctx, session, row, "import", encode_state(state))
+    return router_out(row, owner)
+
+
+@router.delete("/{name}/state", response_model=RouterOut)
+async def reset_state(tenant: str, name: str, ctx: Ctx, session: Session) -> RouterOut:
+    """Forget everything learned: the policy starts fresh from the next event."""
+    owner = await get_tenant(session, tenant)
+    row = await get_router(session, owner, name)
+    await _replace_state(ctx, session, row, "reset", encode_state(fresh_policy(row).state_dict()))
+    return router_out(row, owner)

@@ -1,0 +1,131 @@
+"""The event bus: every process folds the same stream of events, in order.
+
+``RedisStreamBus`` appends to one Redis stream (XADD, approximately capped) and tails it (XREAD BLOCK) in
+each process. ``InProcessBus`` is the embedded default: publishing delivers to the handler at once, in
+the publishing process only (so the embedded default is one process). Both call one handler,
+``handler(message)``, for every message, the process's own writes included.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from app.events import Message, decode_message, encode_message
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[Message], Awaitable[None]]
+ResyncHandler = Callable[[], Awaitable[None]]
+
+
+class EventBus(Protocol):
+    async def start(self, handler: Handler, on_gap: ResyncHandler) -> None: ...
+
+    async def publish(self, message: Message) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def ping(self) -> bool: ...
+
+
+class InProcessBus:
+    def __init__(self) -> None:
+        self._handler: Handler | None = None
+
+    async def start(self, handler: Handler, on_gap: ResyncHandler) -> None:
+        self._handler = handler
+
+    async def publish(self, message: Message) -> None:
+        if self._handler is not None:
+            await self._handler(message)
+
+    async def close(self) -> None:
+        self._handler = None
+
+    async def ping(self) -> bool:
+        return True
+
+
+class RedisStreamBus:
+    """One stream, tailed from the position it had when this process started.
+
+    Anything the tailer might have missed (Redis restarted empty, a connection dropped, a publish that
+    failed after the database commit) is recovered by ``on_gap``: the state layer re-reads from the
+    database the events it has not folded. ``on_gap`` runs after every reconnection.
+    """
+
+    def __init__(self, redis: Redis, stream: str, maxlen: int, block_ms: int) -> None:
+        self.redis: Any = redis  # redis-py's stubs type replies as str | bytes; we read bytes
+        self.stream = stream
+        self.maxlen = maxlen
+        self.block_ms = block_ms
+        self._task: asyncio.Task[None] | None = None
+        self._last_id = "0-0"
+        self._healthy_at_start = True
+
+    async def _position_now(self) -> str:
+        newest = await self.redis.xrevrange(self.stream, count=1)
+        return str(newest[0][0].decode()) if newest else "0-0"
+
+    async def start(self, handler: Handler, on_gap: ResyncHandler) -> None:
+        try:
+            self._last_id = await self._position_now()
+        except (RedisError, OSError) as exc:
+            log.warning("event stream unavailable at start (%s); will retry and resync", exc)
+            self._healthy_at_start = False
+        self._task = asyncio.create_task(self._tail(handler, on_gap), name="event-stream-tailer")
+
+    async def _tail(self, handler: Handler, on_gap: ResyncHandler) -> None:
+        backoff = 0.1
+        healthy = self._healthy_at_start
+        while True:
+            try:
+                if not healthy:
+                    # Skip to the stream's current end, then re-read from the database what was missed:
+                    # events published from here on arrive on the stream, older ones come from the
+                    # resync, and the state layer drops whatever arrives twice.
+                    self._last_id = await self._position_now()
+                    await on_gap()
+                    healthy = True
+                    log.info("event stream reconnected; resynced from the database")
+                replies = await self.redis.xread({self.stream: self._last_id}, block=self.block_ms, count=500)
+                backoff = 0.1
+                for _stream, entries in replies or []:
+                    for entry_id, fields in entries:
+                        self._last_id = entry_id.decode()
+                        try:
+                            await handler(decode_message(fields[b"m"]))
+                        except Exception:  # one bad message must not stop the tailer
+                            log.exception("failed to fold stream entry %s", self._last_id)
+            except asyncio.CancelledError:
+                raise
+            except (RedisError, OSError) as exc:
+                if healthy:
+                    log.warning("event stream read failed (%s); reconnecting", exc)
+                healthy = False
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+
+    async def publish(self, message: Message) -> None:
+        await self.redis.xadd(
+            self.stream, {"m": encode_message(message)}, maxlen=self.maxlen, approximate=True
+        )
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def ping(self) -> bool:
+        try:
+            return bool(await self.redis.ping())
+        except (RedisError, OSError):
+            return False

@@ -1,0 +1,120 @@
+"""The ``banditgate`` command: serve, migrate, demo, bench.
+
+This is the one module that reaches into ``bench/`` and ``workers/``, lazily, so the service never
+imports them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import secrets
+import sys
+from pathlib import Path
+
+from app.settings import Settings
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from app.store.migrate import upgrade
+
+    settings = Settings()
+    upgrade(settings.database_url, args.revision)
+    print(f"database at {settings.database_url} is at revision {args.revision}")
+    return 0
+
+
+def _serve(host: str, port: int, workers: int) -> int:
+    import uvicorn
+
+    settings = Settings()
+    if workers > 1 and not settings.redis_url:
+        print(
+            "error: --workers > 1 needs BANDITGATE_REDIS_URL (and a shared database such as Postgres): "
+            "the embedded in-process event bus reaches one process only",
+            file=sys.stderr,
+        )
+        return 2
+    uvicorn.run("app.main:create_app", factory=True, host=host, port=port, workers=workers)
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    return _serve(args.host, args.port, args.workers)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Migrate, create the demo tenant/router, print the key and a walk-through, then serve."""
+    from app.demo import set_up_demo
+    from app.store.migrate import upgrade
+
+    state_dir = Path(".banditgate")
+    state_dir.mkdir(exist_ok=True)
+    key_file = state_dir / "admin_key"
+    if "BANDITGATE_ADMIN_KEY" not in os.environ:
+        if not key_file.exists():
+            key_file.write_text("adm_" + secrets.token_urlsafe(24))
+            key_file.chmod(0o600)
+        os.environ["BANDITGATE_ADMIN_KEY"] = key_file.read_text().strip()
+    settings = Settings()
+    upgrade(settings.database_url)
+    base = f"http://{args.host}:{args.port}"
+    demo = asyncio.run(set_up_demo(settings, backend_base_url=f"{base}/replay"))
+    admin = os.environ["BANDITGATE_ADMIN_KEY"]
+    print(
+        f"""
+banditgate demo
+  database     {settings.database_url}
+  tenant       {demo.tenant} (default router {demo.router!r} over {", ".join(demo.arms)})
+  API key      {demo.api_key}
+  admin key    {admin}   (saved in {key_file})
+
+Try it:
+  curl -s {base}/route -H 'Authorization: Bearer {demo.api_key}' \\
+       -H 'Content-Type: application/json' -d '{{"prompt": "Prove that sqrt(2) is irrational."}}'
+""",
+        flush=True,
+    )
+    return _serve(args.host, args.port, 1)
+
+
+def cmd_bench(args: argparse.Namespace, rest: list[str]) -> int:
+    from bench.cli import main as bench_main
+
+    return int(bench_main(rest))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="banditgate", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the gateway (uvicorn)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (>1 needs Redis)")
+    serve.set_defaults(func=cmd_serve)
+
+    migrate = sub.add_parser("migrate", help="apply database migrations (Alembic)")
+    migrate.add_argument("--revision", default="head")
+    migrate.set_defaults(func=cmd_migrate)
+
+    demo = sub.add_parser("demo", help="migrate, create a demo tenant and router, and serve")
+    demo.add_argument("--host", default="127.0.0.1")
+    demo.add_argument("--port", type=int, default=8000)
+    demo.set_defaults(func=cmd_demo)
+
+    sub.add_parser("bench", help="offline replay benchmarks (banditgate bench --help)", add_help=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "bench":
+        return cmd_bench(argparse.Namespace(), argv[1:])
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

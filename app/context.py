@@ -1,0 +1,24 @@
+"""The process-wide objects the lifespan opens and closes, held on ``app.state.ctx``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from app.bus import EventBus
+from app.embedding import EmbeddingService
+from app.settings import Settings
+from app.state import PolicyStates
+
+
+@dataclass
+class AppContext:
+    settings: Settings
+    engine: AsyncEngine
+    sessionmaker: async_sessionmaker[AsyncSession]
+    redis: Redis | None
+    bus: EventBus
+    states: PolicyStates
+    embeddings: EmbeddingService

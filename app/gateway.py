@@ -1,0 +1,255 @@
+"""The request path: resolve the router, embed, select, log the decision; record and publish feedback.
+
+A decision is committed to the database before ``/route`` answers. Feedback is acknowledged only after
+its row is committed; it is then published on the bus, and the handler waits (briefly, configurable) for
+its own process to fold it, so a client that routes again right after its feedback sees what it taught.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import uuid
+from collections import defaultdict
+
+import numpy as np
+from fastapi import HTTPException, status
+from sqlalchemy import select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.context import AppContext
+from app.events import FeedbackMessage
+from app.jsonable import jsonable
+from app.schemas import FeedbackAccepted, FeedbackRequest, RouteRequest, RouteResponse
+from app.store.models import Backend, DecisionRow, FeedbackEvent, Router, Tenant
+from routers.base import Context
+
+log = logging.getLogger(__name__)
+
+CHARS_PER_TOKEN = 4
+
+
+async def resolve_router(session: AsyncSession, tenant: Tenant, name: str | None) -> Router:
+    query = select(Router).where(Router.tenant_id == tenant.id)
+    query = query.where(Router.is_default.is_(True)) if name is None else query.where(Router.name == name)
+    router = await session.scalar(query)
+    if router is None:
+        what = "no default router is set for this tenant" if name is None else f"router {name!r} not found"
+        raise HTTPException(status.HTTP_404_NOT_FOUND, what)
+    return router
+
+
+def call_cost(backend: Backend, tokens_in: int, tokens_out: int) -> float:
+    """USD for one call: tokens x price per million tokens, plus the per-call price."""
+    return (
+        tokens_in * backend.usd_per_mtok_in / 1e6
+        + tokens_out * backend.usd_per_mtok_out / 1e6
+        + backend.usd_per_call
+    )
+
+
+async def expected_costs(session: AsyncSession, arms: list[str], prompt_chars: int) -> dict[str, float]:
+    """Expected cost of calling each arm on this prompt: prompt characters / 4 input tokens and the
+    backend's ``default_tokens_out`` output tokens."""
+    backends = (await session.scalars(select(Backend).where(Backend.name.in_(arms)))).all()
+    tokens_in = math.ceil(prompt_chars / CHARS_PER_TOKEN)
+    return {b.name: call_cost(b, tokens_in, b.default_tokens_out) for b in backends}
+
+
+def decision_rng(seed: int, decision_id: str) -> np.random.Generator:
+    """Randomness of one decision, from the router's seed and the decision id: replicas with the same
+    learned state make the same choice for the same decision, whatever else they served."""
+    return np.random.default_rng(np.random.SeedSequence([seed, int(decision_id[:16], 16)]))
+
+
+async def route(
+    ctx: AppContext, session: AsyncSession, tenant: Tenant, request: RouteRequest
+) -> RouteResponse:
+    router = await resolve_router(session, tenant, request.router)
+    text = request.text()
+    if len(text) > ctx.settings.max_prompt_chars:
+        raise HTTPException(
+            status.HTTP_413_CONTENT_TOO_LARGE,
+            f"prompt has {len(text)} characters; the limit is {ctx.settings.max_prompt_chars}",
+        )
+    if not text.strip():
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, "the prompt is empty")
+    arms = list(router.arms)
+    if request.candidates is not None:
+        unknown = sorted(set(request.candidates) - set(arms))
+        if unknown:
+            raise HTTPException(
+                status.HTTP_422_UNPROCESSABLE_CONTENT,
+                f"candidates {unknown} are not arms of router {router.name!r} (arms: {arms})",
+            )
+    embedding, digest = await ctx.embeddings.embed(text)
+    costs = await expected_costs(session, arms, len(text))
+    runtime = await ctx.states.get(router)
+    decision_id = uuid.uuid4().hex
+    context = Context(
+        embedding=embedding,
+        arms=request.candidates,
+        costs=costs,
+        rng=decision_rng(router.seed, decision_id),
+    )
+    decision = runtime.policy.select(context)
+    scores = jsonable(decision.scores)
+    info = jsonable(decision.info)
+    session.add(
+        DecisionRow(
+            id=decision_id,
+            tenant_id=tenant.id,
+            router_id=router.id,
+            router_version=router.version,
+            policy=router.policy,
+            models=list(decision.arms),
+            query=list(decision.query),
+            scores=scores,
+            info=info,
+            embedding=np.asarray(embedding, np.float32).tobytes(),
+            prompt_hash=digest,
+            prompt_chars=len(text),
+            request_metadata=jsonable(request.metadata),
+        )
+    )
+    await session.commit()
+    return RouteResponse(
+        decision_id=decision_id,
+        router=router.name,
+        policy=router.policy,
+        model=decision.arm,
+        models=list(decision.arms),
+        mode=decision.mode,
+        scores=scores,
+        query=list(decision.query),
+        info=info,
+    )
+
+
+def _insert_ignoring_duplicate(session: AsyncSession, values: dict[str, object]):  # type: ignore[no-untyped-def]
+    dialect = session.bind.dialect.name if session.bind is not None else "postgresql"
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    return (
+        insert(FeedbackEvent)
+        .values(**values)
+        .on_conflict_do_nothing(index_elements=["decision_id", "model", "kind"])
+        .returning(FeedbackEvent.id)
+    )
+
+
+async def record_feedback(
+    ctx: AppContext, session: AsyncSession, tenant: Tenant, items: list[FeedbackRequest]
+) -> list[FeedbackAccepted]:
+    """Validate every item first (nothing is written if one is bad), then insert them idempotently in
+    one transaction, commit, publish, and wait for this process to fold them."""
+    decision_ids = {item.decision_id for item in items}
+    decisions = {
+        d.id: d
+        for d in await session.scalars(
+            select(DecisionRow).where(DecisionRow.id.in_(decision_ids), DecisionRow.tenant_id == tenant.id)
+        )
+    }
+    router_ids = {d.router_id for d in decisions.values()}
+    routers = {r.id: r for r in await session.scalars(select(Router).where(Router.id.in_(router_ids)))}
+
+    resolved: list[tuple[FeedbackRequest, DecisionRow, Router, str]] = []
+    for position, item in enumerate(items):
+        where = f"event {position}: " if len(items) > 1 else ""
+        decision = decisions.get(item.decision_id)
+        if decision is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"{where}decision {item.decision_id!r} not found")
+        router = routers[decision.router_id]
+        model = item.model or (decision.models[0] if decision.models else None)
+        if model is None:
+            raise HTTPException(
+                status.HTTP_422_UNPROCESSABLE_CONTENT,
+                f"{where}the decision called no model; name the model this feedback is about",
+            )
+        allowed = set(decision.models) | set(decision.query) | set(router.arms)
+        if model not in allowed:
+            raise HTTPException(
+                status.HTTP_422_UNPROCESSABLE_CONTENT,
+                f"{where}model {model!r} is neither in the decision nor an arm of router {router.name!r}",
+            )
+        if item.reward is not None and not (router.reward_lo <= item.reward <= router.reward_hi):
+            raise HTTPException(
+                status.HTTP_422_UNPROCESSABLE_CONTENT,
+                f"{where}reward {item.reward} is outside the router's reward range "
+                f"[{router.reward_lo}, {router.reward_hi}]",
+            )
+        resolved.append((item, decision, router, model))
+
+    accepted: list[FeedbackAccepted] = []
+    fresh: list[FeedbackMessage] = []
+    for item, decision, router, model in resolved:
+        payload: dict[str, object] = {}
+        if item.output_embedding is not None:
+            payload["output_embedding"] = item.output_embedding
+        if item.metadata:
+            payload["metadata"] = item.metadata
+        values: dict[str, object] = {
+            "decision_id": decision.id,
+            "tenant_id": tenant.id,
+            "router_id": router.id,
+            "model": model,
+            "kind": item.kind,
+            "reward": item.reward,
+            "cost": item.cost,
+            "payload": payload,
+        }
+        event_id = await session.scalar(_insert_ignoring_duplicate(session, values))
+        duplicate = event_id is None
+        if duplicate:
+            event_id = await session.scalar(
+                select(FeedbackEvent.id).where(
+                    FeedbackEvent.decision_id == decision.id,
+                    FeedbackEvent.model == model,
+                    FeedbackEvent.kind == item.kind,
+                )
+            )
+        else:
+            fresh.append(
+                FeedbackMessage(
+                    event_id=int(event_id or 0),
+                    router_id=router.id,
+                    decision_id=decision.id,
+                    model=model,
+                    kind=item.kind,
+                    reward=item.reward,
+                    cost=item.cost,
+                    embedding=np.frombuffer(decision.embedding, dtype=np.float32).copy(),
+                    payload=payload,
+                )
+            )
+        accepted.append(
+            FeedbackAccepted(
+                event_id=int(event_id or 0),
+                decision_id=decision.id,
+                model=model,
+                kind=item.kind,
+                duplicate=duplicate,
+            )
+        )
+    await session.commit()
+    await publish_feedback(ctx, fresh)
+    return accepted
+
+
+async def publish_feedback(ctx: AppContext, messages: list[FeedbackMessage]) -> None:
+    """Publish committed events. A failed publish loses nothing: the events are in the database and
+    replicas fold them on their next resync; this process folds them itself right away."""
+    waits: dict[int, list[int]] = defaultdict(list)
+    for message in messages:
+        try:
+            await ctx.bus.publish(message)
+        except Exception as exc:
+            log.warning("publishing event %s failed (%s); folding locally", message.event_id, exc)
+            await ctx.states.handle(message)
+        waits[message.router_id].append(message.event_id)
+    timeout = ctx.settings.read_your_writes_timeout_s
+    if timeout <= 0:
+        return
+    for router_id, event_ids in waits.items():
+        for event_id in event_ids:
+            await ctx.states.wait_folded(router_id, event_id, timeout)

@@ -1,0 +1,84 @@
+"""The FastAPI application factory: ``uvicorn --factory app.main:create_app``."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from redis.asyncio import Redis
+
+from app.api import admin_backends, admin_routers, admin_tenants, feedback, health, route
+from app.bus import EventBus, InProcessBus, RedisStreamBus
+from app.context import AppContext
+from app.embedding import EmbeddingCache, EmbeddingService, LruEmbeddingCache, RedisEmbeddingCache
+from app.settings import Settings
+from app.state import PolicyStates
+from app.store.db import make_engine, make_sessionmaker
+from embeddings.registry import load_embedder
+
+log = logging.getLogger("banditgate")
+
+
+async def open_context(settings: Settings) -> AppContext:
+    engine = make_engine(settings.database_url)
+    sessionmaker = make_sessionmaker(engine)
+    redis: Redis | None = None
+    bus: EventBus
+    cache: EmbeddingCache
+    if settings.redis_url:
+        redis = Redis.from_url(
+            settings.redis_url, socket_timeout=max(5.0, settings.stream_block_ms / 1000 + 2)
+        )
+        bus = RedisStreamBus(
+            redis, settings.event_stream, settings.event_stream_maxlen, settings.stream_block_ms
+        )
+        cache = RedisEmbeddingCache(redis, settings.embedding_cache_ttl_s)
+    else:
+        bus = InProcessBus()
+        cache = LruEmbeddingCache(settings.embedding_cache_size)
+    states = PolicyStates(sessionmaker)
+    embeddings = EmbeddingService(load_embedder(settings.embedder, settings.embedder_device), cache)
+    ctx = AppContext(settings, engine, sessionmaker, redis, bus, states, embeddings)
+    await bus.start(states.handle, states.resync)
+    return ctx
+
+
+async def close_context(ctx: AppContext) -> None:
+    await ctx.bus.close()
+    if ctx.redis is not None:
+        await ctx.redis.aclose()
+    await ctx.engine.dispose()
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.ctx = await open_context(settings)
+        try:
+            yield
+        finally:
+            await close_context(app.state.ctx)
+
+    app = FastAPI(
+        title="banditgate",
+        version="0.1.0",
+        summary="A model-routing gateway that learns online which backend to call for each prompt.",
+        lifespan=lifespan,
+    )
+    for module in (health, route, feedback, admin_tenants, admin_backends, admin_routers):
+        app.include_router(module.router)
+
+    @app.exception_handler(Exception)
+    async def unhandled(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return JSONResponse(status_code=500, content={"detail": "internal error; see the server log"})
+
+    return app

@@ -1,0 +1,247 @@
+"""Request and response models: the public HTTP contract. Storage models live in app/store/models.py."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+Name = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")
+FiniteNonNeg = Field(0.0, ge=0, allow_inf_nan=False)
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# --- tenants and keys ----------------------------------------------------------------------------------
+
+
+class TenantCreate(Strict):
+    name: str = Name
+
+
+class TenantOut(BaseModel):
+    id: int
+    name: str
+    created_at: datetime
+
+
+class KeyCreate(Strict):
+    name: str = Field("", max_length=100)
+
+
+class KeyOut(BaseModel):
+    id: int
+    prefix: str
+    name: str
+    created_at: datetime
+    revoked_at: datetime | None = None
+
+
+class KeyCreated(KeyOut):
+    key: str = Field(description="the API key; shown only in this response")
+
+
+# --- backends --------------------------------------------------------------------------------------------
+
+
+class BackendFields(Strict):
+    kind: Literal["chat", "image"] = "chat"
+    base_url: str = Field(min_length=1, max_length=2000, pattern=r"^https?://")
+    upstream_model: str | None = Field(None, max_length=200, description="model name sent upstream")
+    usd_per_mtok_in: float = FiniteNonNeg
+    usd_per_mtok_out: float = FiniteNonNeg
+    usd_per_call: float = FiniteNonNeg
+    default_tokens_out: int = Field(256, gt=0, le=1_000_000)
+    timeout_s: float = Field(60.0, gt=0, le=3600, allow_inf_nan=False)
+    api_key: str | None = Field(None, description="write-only: stored, never returned")
+
+
+class BackendCreate(BackendFields):
+    name: str = Name
+
+
+class BackendUpdate(Strict):
+    kind: Literal["chat", "image"] | None = None
+    base_url: str | None = Field(None, min_length=1, max_length=2000, pattern=r"^https?://")
+    upstream_model: str | None = None
+    usd_per_mtok_in: float | None = Field(None, ge=0, allow_inf_nan=False)
+    usd_per_mtok_out: float | None = Field(None, ge=0, allow_inf_nan=False)
+    usd_per_call: float | None = Field(None, ge=0, allow_inf_nan=False)
+    default_tokens_out: int | None = Field(None, gt=0, le=1_000_000)
+    timeout_s: float | None = Field(None, gt=0, le=3600, allow_inf_nan=False)
+    api_key: str | None = None
+
+
+class BackendOut(BaseModel):
+    id: int
+    name: str
+    kind: str
+    base_url: str
+    upstream_model: str | None
+    usd_per_mtok_in: float
+    usd_per_mtok_out: float
+    usd_per_call: float
+    default_tokens_out: int
+    timeout_s: float
+    has_api_key: bool
+    created_at: datetime
+    updated_at: datetime
+
+
+# --- routers ---------------------------------------------------------------------------------------------
+
+
+def _check_range(value: list[float] | None) -> list[float] | None:
+    if value is None:
+        return value
+    if len(value) != 2 or not all(math.isfinite(v) for v in value) or not value[0] < value[1]:
+        raise ValueError("reward_range must be [lo, hi] with finite lo < hi")
+    return value
+
+
+class RouterCreate(Strict):
+    name: str = Name
+    policy: str = Field(min_length=1, max_length=100)
+    hyperparameters: dict[str, Any] = Field(default_factory=dict)
+    arms: list[str] = Field(min_length=1, max_length=256, description="backend names")
+    reward_range: list[float] = Field(default_factory=lambda: [0.0, 1.0])
+    seed: int = Field(0, ge=0, le=2**63 - 1)
+    is_default: bool = False
+
+    _range = field_validator("reward_range")(_check_range)
+
+
+class RouterUpdate(Strict):
+    policy: str | None = Field(None, min_length=1, max_length=100)
+    hyperparameters: dict[str, Any] | None = None
+    arms: list[str] | None = Field(None, min_length=1, max_length=256)
+    reward_range: list[float] | None = None
+    seed: int | None = Field(None, ge=0, le=2**63 - 1)
+    is_default: bool | None = None
+
+    _range = field_validator("reward_range")(_check_range)
+
+
+class RouterOut(BaseModel):
+    id: int
+    tenant: str
+    name: str
+    policy: str
+    hyperparameters: dict[str, Any]
+    arms: list[str]
+    reward_range: list[float]
+    seed: int
+    is_default: bool
+    version: int
+    created_at: datetime
+    updated_at: datetime
+
+
+class RouterStateOut(BaseModel):
+    router: str
+    policy: str
+    version: int
+    watermark: int = Field(description="events with id <= watermark are in the starting snapshot")
+    events_folded: int = Field(description="events this process has folded into the policy")
+    last_event_id: int
+    state: dict[str, Any] = Field(description="the policy's state_dict, arrays base64-encoded")
+
+
+class RouterStateImport(Strict):
+    state: dict[str, Any]
+
+
+# --- routing and feedback -----------------------------------------------------------------------------
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: str = Field(min_length=1, max_length=50)
+    content: str | list[dict[str, Any]] | None = None
+
+
+class RouteRequest(Strict):
+    router: str | None = Field(None, description="router name; omitted = the tenant's default router")
+    prompt: str | None = Field(None, description="the prompt text (or give messages)")
+    messages: list[ChatMessage] | None = Field(None, min_length=1, description="OpenAI-style chat messages")
+    candidates: list[str] | None = Field(
+        None, min_length=1, description="restrict the choice to these models"
+    )
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_input(self) -> RouteRequest:
+        if (self.prompt is None) == (self.messages is None):
+            raise ValueError("give exactly one of 'prompt' or 'messages'")
+        return self
+
+    def text(self) -> str:
+        """The text that is embedded: the prompt, or the messages' text parts joined by newlines."""
+        if self.prompt is not None:
+            return self.prompt
+        parts: list[str] = []
+        for message in self.messages or []:
+            if isinstance(message.content, str):
+                parts.append(message.content)
+            elif isinstance(message.content, list):
+                parts.extend(str(p.get("text", "")) for p in message.content if p.get("type") == "text")
+        return "\n".join(parts)
+
+
+class RouteResponse(BaseModel):
+    decision_id: str
+    router: str
+    policy: str
+    model: str | None = Field(description="the first model to call; null when the policy declines")
+    models: list[str] = Field(description="models to call, in order (cascades and sets list several)")
+    mode: str = Field(description="single | cascade | set | mixture")
+    scores: dict[str, dict[str, float | None]] = Field(
+        description="per-model explanation (for UCB policies: estimate, bonus, index); null = +infinity"
+    )
+    query: list[str] = Field(description="models the policy asks feedback for as well (active learning)")
+    info: dict[str, Any] = Field(default_factory=dict)
+
+
+FeedbackKind = Literal["bandit", "query", "cascade-step"]
+
+
+class FeedbackRequest(Strict):
+    decision_id: str = Field(min_length=1, max_length=64)
+    model: str | None = Field(None, description="defaults to the decision's first model")
+    kind: FeedbackKind = "bandit"
+    reward: float | None = Field(None, allow_inf_nan=False, description="within the router's reward range")
+    cost: float | None = Field(None, ge=0, allow_inf_nan=False, description="USD spent on this call")
+    output_embedding: list[float] | None = Field(
+        None, max_length=8192, description="the answer's embedding (mixture policies)"
+    )
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _something(self) -> FeedbackRequest:
+        if self.reward is None and self.cost is None and self.output_embedding is None:
+            raise ValueError("feedback needs at least one of 'reward', 'cost' or 'output_embedding'")
+        if self.output_embedding is not None and not all(math.isfinite(v) for v in self.output_embedding):
+            raise ValueError("output_embedding must contain finite numbers")
+        return self
+
+
+class FeedbackAccepted(BaseModel):
+    event_id: int
+    decision_id: str
+    model: str
+    kind: str
+    duplicate: bool = Field(
+        description="true when this feedback was already recorded (the first id is returned)"
+    )
+
+
+class FeedbackBatch(Strict):
+    events: list[FeedbackRequest] = Field(min_length=1)
+
+
+class FeedbackBatchAccepted(BaseModel):
+    events: list[FeedbackAccepted]

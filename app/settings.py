@@ -1,0 +1,53 @@
+"""All configuration, read from ``BANDITGATE_*`` environment variables (or a ``.env`` file).
+
+Every knob has a default that runs embedded: SQLite in a local file and the in-process event bus and
+cache, so ``banditgate serve`` works with nothing else installed. Point ``database_url`` at Postgres and
+``redis_url`` at Redis and the same code runs as many cooperating processes.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="BANDITGATE_", env_file=".env", extra="ignore")
+
+    database_url: str = Field(
+        "sqlite+aiosqlite:///./banditgate.db",
+        description="SQLAlchemy async URL: sqlite+aiosqlite:///FILE (embedded) or postgresql+asyncpg://...",
+    )
+    redis_url: str | None = Field(
+        None, description="redis://host:port/db; unset = in-process event bus and cache (one process only)"
+    )
+    admin_key: SecretStr | None = Field(None, description="Bearer key for /admin; unset = admin API disabled")
+    embedder: str = Field("minilm", description="minilm (all-MiniLM-L6-v2, offline) or hashing[:dim]")
+    embedder_device: str = Field("cpu", description="torch device for the embedder")
+    max_prompt_chars: int = Field(32_000, gt=0, description="longer prompts get 413")
+    max_feedback_batch: int = Field(1_000, gt=0, description="most events in one POST /feedback/batch")
+    embedding_cache_size: int = Field(10_000, ge=0, description="in-process embedding cache entries")
+    embedding_cache_ttl_s: int = Field(7 * 24 * 3600, gt=0, description="Redis embedding cache TTL")
+    read_your_writes_timeout_s: float = Field(
+        2.0, ge=0, description="how long POST /feedback waits for its own process to fold the event"
+    )
+    event_stream: str = Field("banditgate:events", description="Redis stream that carries the event log")
+    event_stream_maxlen: int = Field(1_000_000, gt=0, description="approximate cap on the stream's length")
+    stream_block_ms: int = Field(500, gt=0, description="XREAD block time of the stream tailer")
+    log_level: str = Field("INFO", description="standard logging level")
+
+    @field_validator("database_url")
+    @classmethod
+    def _async_driver(cls, url: str) -> str:
+        if url.startswith("postgresql://") or url.startswith("postgres://"):
+            return "postgresql+asyncpg://" + url.split("://", 1)[1]
+        if url.startswith("sqlite:///"):
+            return "sqlite+aiosqlite:///" + url.removeprefix("sqlite:///")
+        return url
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,110 @@
+"""Reads and writes of the event log and the snapshots (the state model of docs/architecture.md)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.events import FeedbackMessage
+from app.store.models import DecisionRow, FeedbackEvent, Router, Snapshot
+
+
+def config_hash(router: Router) -> str:
+    """What a learned state depends on besides the arms: policy, hyperparameters and seed."""
+    blob = json.dumps(
+        {"policy": router.policy, "hyperparameters": router.hyperparameters, "seed": router.seed},
+        sort_keys=True,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def to_message(event: FeedbackEvent, embedding: bytes) -> FeedbackMessage:
+    return FeedbackMessage(
+        event_id=event.id,
+        router_id=event.router_id,
+        decision_id=event.decision_id,
+        model=event.model,
+        kind=event.kind,
+        reward=event.reward,
+        cost=event.cost,
+        embedding=np.frombuffer(embedding, dtype=np.float32).copy(),
+        payload=dict(event.payload or {}),
+    )
+
+
+async def events_after(
+    session: AsyncSession, router_id: int, watermark: int, skip: Iterable[int] = (), chunk: int = 5_000
+) -> list[FeedbackMessage]:
+    """Every event of ``router_id`` with id > ``watermark`` and not in ``skip``, in log order."""
+    skip_ids = set(skip)
+    out: list[FeedbackMessage] = []
+    last = watermark
+    while True:
+        rows = (
+            await session.execute(
+                select(FeedbackEvent, DecisionRow.embedding)
+                .join(DecisionRow, DecisionRow.id == FeedbackEvent.decision_id)
+                .where(FeedbackEvent.router_id == router_id, FeedbackEvent.id > last)
+                .order_by(FeedbackEvent.id)
+                .limit(chunk)
+            )
+        ).all()
+        for event, embedding in rows:
+            if event.id not in skip_ids:
+                out.append(to_message(event, embedding))
+        if len(rows) < chunk:
+            return out
+        last = rows[-1][0].id
+
+
+async def max_event_id(session: AsyncSession, router_id: int) -> int:
+    value = await session.scalar(
+        select(func.max(FeedbackEvent.id)).where(FeedbackEvent.router_id == router_id)
+    )
+    return int(value or 0)
+
+
+async def newest_snapshot(session: AsyncSession, router_id: int, kinds: tuple[str, ...]) -> Snapshot | None:
+    result: Snapshot | None = await session.scalar(
+        select(Snapshot)
+        .where(Snapshot.router_id == router_id, Snapshot.kind.in_(kinds))
+        .order_by(Snapshot.id.desc())
+        .limit(1)
+    )
+    return result
+
+
+async def starting_snapshot(session: AsyncSession, router: Router) -> Snapshot | None:
+    """Where a replica starts folding: the newest reset/import snapshot, or a newer periodic snapshot
+    taken under the router's current configuration."""
+    base = await newest_snapshot(session, router.id, ("reset", "import"))
+    periodic = await newest_snapshot(session, router.id, ("periodic",))
+    if (
+        periodic is not None
+        and periodic.config_hash == config_hash(router)
+        and (base is None or periodic.id > base.id)
+    ):
+        return periodic
+    return base
+
+
+def snapshot_row(router: Router, kind: str, watermark: int, events_folded: int, state: bytes) -> Snapshot:
+    return Snapshot(
+        router_id=router.id,
+        kind=kind,
+        config_hash=config_hash(router),
+        watermark=watermark,
+        events_folded=events_folded,
+        state=state,
+    )
+
+
+def payload_embedding(payload: dict[str, Any]) -> np.ndarray | None:
+    raw = payload.get("output_embedding")
+    return None if raw is None else np.asarray(raw, dtype=np.float32)

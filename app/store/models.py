@@ -1,0 +1,141 @@
+"""SQLAlchemy tables. Postgres is the source of truth; SQLite runs the same schema embedded.
+
+``feedback`` is the event log: its autoincrement id orders events, and the unique key
+``(decision_id, model, kind)`` makes a retried POST idempotent. ``snapshots`` hold folded policy states
+with the last event id they include (``watermark``).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# SQLite only autoincrements INTEGER PRIMARY KEY columns.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class Tenant(Base):
+    __tablename__ = "tenants"
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class ApiKey(Base):
+    __tablename__ = "api_keys"
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(16))
+    name: Mapped[str] = mapped_column(String(100), default="")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class Backend(Base):
+    __tablename__ = "backends"
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    kind: Mapped[str] = mapped_column(String(16), default="chat")
+    base_url: Mapped[str] = mapped_column(Text)
+    upstream_model: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    usd_per_mtok_in: Mapped[float] = mapped_column(Float, default=0.0)
+    usd_per_mtok_out: Mapped[float] = mapped_column(Float, default=0.0)
+    usd_per_call: Mapped[float] = mapped_column(Float, default=0.0)
+    default_tokens_out: Mapped[int] = mapped_column(Integer, default=256)
+    timeout_s: Mapped[float] = mapped_column(Float, default=60.0)
+    api_key_secret: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
+
+
+class Router(Base):
+    __tablename__ = "routers"
+    __table_args__ = (UniqueConstraint("tenant_id", "name", name="uq_router_tenant_name"),)
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(100))
+    policy: Mapped[str] = mapped_column(String(100))
+    hyperparameters: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    arms: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    reward_lo: Mapped[float] = mapped_column(Float, default=0.0)
+    reward_hi: Mapped[float] = mapped_column(Float, default=1.0)
+    seed: Mapped[int] = mapped_column(BigInteger, default=0)
+    is_default: Mapped[bool] = mapped_column(Boolean, default=False)
+    version: Mapped[int] = mapped_column(Integer, default=1)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
+
+
+class DecisionRow(Base):
+    __tablename__ = "decisions"
+    __table_args__ = (Index("ix_decisions_router_created", "router_id", "created_at"),)
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
+    router_id: Mapped[int] = mapped_column(ForeignKey("routers.id", ondelete="CASCADE"))
+    router_version: Mapped[int] = mapped_column(Integer)
+    policy: Mapped[str] = mapped_column(String(100))
+    models: Mapped[list[Any]] = mapped_column(JSON)
+    query: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    scores: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    info: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    embedding: Mapped[bytes] = mapped_column(LargeBinary)
+    prompt_hash: Mapped[str] = mapped_column(String(64))
+    prompt_chars: Mapped[int] = mapped_column(Integer)
+    request_metadata: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class FeedbackEvent(Base):
+    __tablename__ = "feedback"
+    __table_args__ = (
+        UniqueConstraint("decision_id", "model", "kind", name="uq_feedback_decision_model_kind"),
+        Index("ix_feedback_router_id", "router_id", "id"),
+    )
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    decision_id: Mapped[str] = mapped_column(ForeignKey("decisions.id", ondelete="CASCADE"))
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
+    router_id: Mapped[int] = mapped_column(ForeignKey("routers.id", ondelete="CASCADE"))
+    model: Mapped[str] = mapped_column(String(200))
+    kind: Mapped[str] = mapped_column(String(32))
+    reward: Mapped[float | None] = mapped_column(Float, nullable=True)
+    cost: Mapped[float | None] = mapped_column(Float, nullable=True)
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Snapshot(Base):
+    __tablename__ = "snapshots"
+    __table_args__ = (Index("ix_snapshots_router_id", "router_id", "id"),)
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    router_id: Mapped[int] = mapped_column(ForeignKey("routers.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(16))  # reset | import | periodic
+    config_hash: Mapped[str] = mapped_column(String(64))
+    watermark: Mapped[int] = mapped_column(BigInteger)
+    events_folded: Mapped[int] = mapped_column(BigInteger, default=0)
+    state: Mapped[bytes] = mapped_column(LargeBinary)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -1,0 +1,1 @@
+"""Alembic migrations; ``app.store.migrate.upgrade`` runs them programmatically."""
