@@ -7,6 +7,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from redis.asyncio import Redis
 
@@ -14,6 +16,7 @@ from app.api import admin_backends, admin_routers, admin_tenants, feedback, heal
 from app.bus import EventBus, InProcessBus, RedisStreamBus
 from app.context import AppContext
 from app.embedding import EmbeddingCache, EmbeddingService, LruEmbeddingCache, RedisEmbeddingCache
+from app.jsonable import jsonable
 from app.settings import Settings
 from app.state import PolicyStates
 from app.store.db import make_engine, make_sessionmaker
@@ -75,6 +78,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     for module in (health, route, feedback, admin_tenants, admin_backends, admin_routers):
         app.include_router(module.router)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        # The default handler echoes the offending input, which may be NaN or infinity: not valid JSON.
+        errors = jsonable(jsonable_encoder(exc.errors(), custom_encoder={Exception: str}))
+        return JSONResponse(status_code=422, content={"detail": errors})
 
     @app.exception_handler(Exception)
     async def unhandled(request: Request, exc: Exception) -> JSONResponse:
