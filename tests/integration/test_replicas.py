@@ -1,0 +1,105 @@
+"""Two gateway processes on the same Postgres and Redis: feedback sent to one changes the other."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import httpx
+
+from tests.conftest import ADMIN_KEY, REDIS_URL, Stack, admin_headers, bearer, unique
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def gateway_process(database_url: str, stream: str) -> Iterator[str]:
+    """A real `uvicorn --factory app.main:create_app` process; yields its base URL once ready."""
+    port = free_port()
+    env = os.environ | {
+        "BANDITGATE_DATABASE_URL": database_url,
+        "BANDITGATE_REDIS_URL": REDIS_URL,
+        "BANDITGATE_ADMIN_KEY": ADMIN_KEY,
+        "BANDITGATE_EMBEDDER": "hashing",
+        "BANDITGATE_EVENT_STREAM": stream,
+        "BANDITGATE_STREAM_BLOCK_MS": "100",
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "--factory",
+        "app.main:create_app",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+    ]
+    proc = subprocess.Popen(cmd, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None, "gateway process exited during start-up"
+            assert time.monotonic() < deadline, "gateway did not become ready in 60 s"
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def test_feedback_to_one_process_changes_the_others_scores(pg_stack: Stack) -> None:
+    stream = unique("bg:test-stream")
+    with (
+        gateway_process(pg_stack.database_url, stream) as a,
+        gateway_process(pg_stack.database_url, stream) as b,
+    ):
+        tenant, arm = unique("rep"), unique("m")
+        h = admin_headers()
+        httpx.post(f"{a}/admin/tenants", json={"name": tenant}, headers=h).raise_for_status()
+        httpx.post(
+            f"{a}/admin/backends", json={"name": arm, "base_url": "http://127.0.0.1:9/v1"}, headers=h
+        ).raise_for_status()
+        key = httpx.post(f"{a}/admin/tenants/{tenant}/keys", json={}, headers=h).json()["key"]
+        router = {"name": "main", "policy": "linucb", "arms": [arm], "is_default": True}
+        httpx.post(f"{a}/admin/tenants/{tenant}/routers", json=router, headers=h).raise_for_status()
+
+        prompt = {"prompt": "the same question, asked of both replicas"}
+        before = httpx.post(f"{b}/route", json=prompt, headers=bearer(key)).json()["scores"][arm]
+        decision = httpx.post(f"{a}/route", json=prompt, headers=bearer(key)).json()
+        sent = time.monotonic()
+        ack = httpx.post(
+            f"{a}/feedback", json={"decision_id": decision["decision_id"], "reward": 1.0}, headers=bearer(key)
+        )
+        assert ack.status_code == 202
+        while True:
+            after = httpx.post(f"{b}/route", json=prompt, headers=bearer(key)).json()["scores"][arm]
+            if after["n"] == 1.0:
+                break
+            assert time.monotonic() - sent < 10, "replica B did not fold the event within 10 s"
+            time.sleep(0.05)
+        assert after["estimate"] > before["estimate"] and after["bonus"] < before["bonus"]
+        # B's own decision on the same prompt can be fed back to it, and A learns it too.
+        d2 = httpx.post(f"{b}/route", json=prompt, headers=bearer(key)).json()
+        httpx.post(
+            f"{b}/feedback", json={"decision_id": d2["decision_id"], "reward": 0.0}, headers=bearer(key)
+        )
+        deadline = time.monotonic() + 10
+        while httpx.post(f"{a}/route", json=prompt, headers=bearer(key)).json()["scores"][arm]["n"] != 2.0:
+            assert time.monotonic() < deadline, "replica A did not fold B's event within 10 s"
+            time.sleep(0.05)
