@@ -62,6 +62,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     base = f"http://{args.host}:{args.port}"
     demo = asyncio.run(set_up_demo(settings, backend_base_url=f"{base}/replay"))
     admin = os.environ["BANDITGATE_ADMIN_KEY"]
+    env_file = state_dir / "demo.env"
+    env_file.write_text(f"export GW={base}\nexport KEY={demo.api_key}\nexport ADMIN={admin}\n")
+    env_file.chmod(0o600)
     print(
         f"""
 banditgate demo
@@ -69,6 +72,7 @@ banditgate demo
   tenant       {demo.tenant} (default router {demo.router!r} over {", ".join(demo.arms)})
   API key      {demo.api_key}
   admin key    {admin}   (saved in {key_file})
+  shell vars   source {env_file}   (sets GW, KEY and ADMIN for the README walk-through)
 
 Try it:
   curl -s {base}/route -H 'Authorization: Bearer {demo.api_key}' \\
