@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from app.backends import BackendClient
 from app.bus import EventBus
 from app.embedding import EmbeddingService
 from app.settings import Settings
@@ -22,3 +23,4 @@ class AppContext:
     bus: EventBus
     states: PolicyStates
     embeddings: EmbeddingService
+    backends: BackendClient

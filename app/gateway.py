@@ -160,7 +160,8 @@ async def record_feedback(
         if decision is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"{where}decision {item.decision_id!r} not found")
         router = routers[decision.router_id]
-        model = item.model or (decision.models[0] if decision.models else None)
+        answered_by = (decision.info or {}).get("answered_by")  # set when the gateway forwarded it
+        model = item.model or answered_by or (decision.models[0] if decision.models else None)
         if model is None:
             raise HTTPException(
                 status.HTTP_422_UNPROCESSABLE_CONTENT,

@@ -12,7 +12,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from redis.asyncio import Redis
 
-from app.api import admin_backends, admin_routers, admin_tenants, feedback, health, route
+from app.api import admin_backends, admin_routers, admin_tenants, feedback, health, openai, route
+from app.backends import BackendClient
 from app.bus import EventBus, InProcessBus, RedisStreamBus
 from app.context import AppContext
 from app.embedding import EmbeddingCache, EmbeddingService, LruEmbeddingCache, RedisEmbeddingCache
@@ -44,13 +45,15 @@ async def open_context(settings: Settings) -> AppContext:
         cache = LruEmbeddingCache(settings.embedding_cache_size)
     states = PolicyStates(sessionmaker)
     embeddings = EmbeddingService(load_embedder(settings.embedder, settings.embedder_device), cache)
-    ctx = AppContext(settings, engine, sessionmaker, redis, bus, states, embeddings)
+    backends = BackendClient(settings)
+    ctx = AppContext(settings, engine, sessionmaker, redis, bus, states, embeddings, backends)
     await bus.start(states.handle, states.resync)
     return ctx
 
 
 async def close_context(ctx: AppContext) -> None:
     await ctx.bus.close()
+    await ctx.backends.aclose()
     if ctx.redis is not None:
         await ctx.redis.aclose()
     await ctx.engine.dispose()
@@ -78,6 +81,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     for module in (health, route, feedback, admin_tenants, admin_backends, admin_routers):
         app.include_router(module.router)
+    app.include_router(openai.router)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -172,9 +172,25 @@ class RouteRequest(Strict):
         None, min_length=1, description="restrict the choice to these models"
     )
     metadata: dict[str, Any] = Field(default_factory=dict)
+    forward: bool = Field(False, description="call the chosen backend and return its answer too")
+    request: dict[str, Any] | None = Field(
+        None,
+        description="with forward: the OpenAI-style body sent upstream (messages -> chat completions, "
+        "prompt -> image generations); its messages/prompt are routed when 'prompt'/'messages' are omitted",
+    )
 
     @model_validator(mode="after")
     def _one_input(self) -> RouteRequest:
+        if self.forward:
+            if self.request is None:
+                raise ValueError("forward: true needs 'request', the OpenAI-style body to send upstream")
+            if self.prompt is None and self.messages is None:
+                if isinstance(self.request.get("messages"), list) and self.request["messages"]:
+                    self.messages = [ChatMessage.model_validate(m) for m in self.request["messages"]]
+                elif isinstance(self.request.get("prompt"), str):
+                    self.prompt = self.request["prompt"]
+        elif self.request is not None:
+            raise ValueError("'request' is only used with forward: true")
         if (self.prompt is None) == (self.messages is None):
             raise ValueError("give exactly one of 'prompt' or 'messages'")
         return self
@@ -206,7 +222,9 @@ class RouteResponse(BaseModel):
     info: dict[str, Any] = Field(default_factory=dict)
 
 
-FeedbackKind = Literal["bandit", "query", "cascade-step"]
+# ``cost``: the gateway's own record of what a forwarded call cost (folded as a bandit observation
+# without reward), kept apart from the client's ``bandit`` reward for the same model.
+FeedbackKind = Literal["bandit", "query", "cascade-step", "cost"]
 
 
 class FeedbackRequest(Strict):
@@ -245,3 +263,19 @@ class FeedbackBatch(Strict):
 
 class FeedbackBatchAccepted(BaseModel):
     events: list[FeedbackAccepted]
+
+
+class AttemptOut(BaseModel):
+    model: str
+    number: int
+    outcome: str = Field(description="ok | http_error | timeout | connection | bad_response | cancelled")
+    http_status: int | None
+    latency_ms: float
+    error: str | None = None
+
+
+class ForwardedRouteResponse(RouteResponse):
+    backend: str = Field(description="the backend that answered (the policy's next choice after a failure)")
+    response: dict[str, Any] = Field(description="the backend's answer, as it sent it")
+    cost: float = Field(description="USD of the call, from the backend's reported usage and its prices")
+    attempts: list[AttemptOut]

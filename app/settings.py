@@ -37,6 +37,17 @@ class Settings(BaseSettings):
     event_stream_maxlen: int = Field(1_000_000, gt=0, description="approximate cap on the stream's length")
     stream_block_ms: int = Field(500, gt=0, description="XREAD block time of the stream tailer")
     log_level: str = Field("INFO", description="standard logging level")
+    secret_key: SecretStr | None = Field(
+        None, description="encrypts backend API keys at rest (Fernet); unset = backend keys are refused"
+    )
+    forward_max_retries: int = Field(2, ge=0, le=10, description="retries per backend on 429/5xx/timeout")
+    forward_backoff_s: float = Field(
+        0.2, ge=0, allow_inf_nan=False, description="base of the jittered exponential retry backoff"
+    )
+    forward_max_fallbacks: int = Field(
+        2, ge=0, le=20, description="other backends tried (policy's next choice) after one fails"
+    )
+    forward_max_connections: int = Field(200, gt=0, description="pooled upstream connections, all backends")
 
     @field_validator("database_url")
     @classmethod

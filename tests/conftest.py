@@ -21,6 +21,7 @@ from app.store.migrate import upgrade
 PG_SERVER = os.environ.get("BANDITGATE_TEST_PG", "postgresql://postgres@127.0.0.1:5432")
 REDIS_URL = os.environ.get("BANDITGATE_TEST_REDIS", "redis://127.0.0.1:6379/0")
 ADMIN_KEY = "test-admin-key"
+SECRET_KEY = "test-secret-key-for-backend-keys"
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
@@ -65,6 +66,7 @@ class Stack:
             "database_url": self.database_url,
             "redis_url": self.redis_url,
             "admin_key": ADMIN_KEY,
+            "secret_key": SECRET_KEY,
             "embedder": "hashing",
             "stream_block_ms": 100,
         }

@@ -6,7 +6,8 @@ from fastapi import APIRouter, HTTPException, status
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
-from app.deps import AdminOnly, Session
+from app.backend_keys import SecretKeyMissing, encrypt_key, fernet_for
+from app.deps import AdminOnly, Ctx, Session
 from app.schemas import BackendCreate, BackendOut, BackendUpdate
 from app.store.models import Backend, Router
 
@@ -31,6 +32,16 @@ def backend_out(b: Backend) -> BackendOut:
     )
 
 
+def sealed_key(ctx: Ctx, api_key: str | None) -> str | None:
+    """The API key encrypted for storage; 422 when no BANDITGATE_SECRET_KEY is configured."""
+    if api_key is None:
+        return None
+    try:
+        return encrypt_key(fernet_for(ctx.settings.secret_key), api_key)
+    except SecretKeyMissing as exc:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from exc
+
+
 async def get_backend(session: Session, name: str) -> Backend:
     backend = await session.scalar(select(Backend).where(Backend.name == name))
     if backend is None:
@@ -39,9 +50,9 @@ async def get_backend(session: Session, name: str) -> Backend:
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=BackendOut)
-async def create_backend(body: BackendCreate, session: Session) -> BackendOut:
+async def create_backend(body: BackendCreate, session: Session, ctx: Ctx) -> BackendOut:
     fields = body.model_dump(exclude={"api_key"})
-    backend = Backend(**fields, api_key_secret=body.api_key)
+    backend = Backend(**fields, api_key_secret=sealed_key(ctx, body.api_key))
     session.add(backend)
     try:
         await session.commit()
@@ -61,11 +72,11 @@ async def read_backend(name: str, session: Session) -> BackendOut:
 
 
 @router.patch("/{name}", response_model=BackendOut)
-async def update_backend(name: str, body: BackendUpdate, session: Session) -> BackendOut:
+async def update_backend(name: str, body: BackendUpdate, session: Session, ctx: Ctx) -> BackendOut:
     backend = await get_backend(session, name)
     changes = body.model_dump(exclude_unset=True)
     if "api_key" in changes:
-        backend.api_key_secret = changes.pop("api_key")
+        backend.api_key_secret = sealed_key(ctx, changes.pop("api_key"))
     for field, value in changes.items():
         if value is None and field != "upstream_model":
             raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"{field} cannot be null")

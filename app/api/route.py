@@ -1,18 +1,39 @@
-"""POST /route: which model(s) to call for a prompt."""
+"""POST /route: which model(s) to call for a prompt; with ``forward: true``, the chosen backend's answer."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from dataclasses import asdict
 
-from app import gateway
+from fastapi import APIRouter, HTTPException, status
+
+from app import forwarding, gateway
 from app.deps import Ctx, CurrentTenant, Session
-from app.schemas import RouteRequest, RouteResponse
+from app.schemas import AttemptOut, ForwardedRouteResponse, RouteRequest, RouteResponse
 
 router = APIRouter(tags=["routing"])
 
 
-@router.post("/route", response_model=RouteResponse)
-async def route(body: RouteRequest, ctx: Ctx, session: Session, tenant: CurrentTenant) -> RouteResponse:
+@router.post("/route", response_model=ForwardedRouteResponse | RouteResponse)
+async def route(
+    body: RouteRequest, ctx: Ctx, session: Session, tenant: CurrentTenant
+) -> RouteResponse | ForwardedRouteResponse:
     """Embed the prompt, ask the router's policy, log the decision and return it. Send the outcome to
-    ``POST /feedback`` with the returned ``decision_id``."""
-    return await gateway.route(ctx, session, tenant, body)
+    ``POST /feedback`` with the returned ``decision_id``. With ``forward: true`` the gateway also calls
+    the chosen backend with ``request`` (falling back to the policy's next choice when it fails) and
+    returns its answer, the call's cost and every attempt."""
+    if not body.forward:
+        return await gateway.route(ctx, session, tenant, body)
+    assert body.request is not None
+    if body.request.get("stream"):
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            "streaming is served by POST /v1/chat/completions; /route forwards without 'stream'",
+        )
+    done = await forwarding.forward_json(ctx, session, tenant, body, body.request)
+    return ForwardedRouteResponse(
+        **done.route.model_dump(),
+        backend=done.target.name,
+        response=done.payload,
+        cost=done.cost,
+        attempts=[AttemptOut(**asdict(a)) for a in done.attempts],
+    )

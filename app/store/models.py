@@ -139,3 +139,20 @@ class Snapshot(Base):
     events_folded: Mapped[int] = mapped_column(BigInteger, default=0)
     state: Mapped[bytes] = mapped_column(LargeBinary)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Attempt(Base):
+    """One upstream call made while forwarding a decision: every try, retries and fallbacks included.
+    ``outcome``: ok | http_error | timeout | connection | bad_response."""
+
+    __tablename__ = "attempts"
+    __table_args__ = (Index("ix_attempts_decision_id", "decision_id", "id"),)
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    decision_id: Mapped[str] = mapped_column(ForeignKey("decisions.id", ondelete="CASCADE"))
+    model: Mapped[str] = mapped_column(String(200))
+    number: Mapped[int] = mapped_column(Integer)
+    outcome: Mapped[str] = mapped_column(String(32))
+    http_status: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    latency_ms: Mapped[float] = mapped_column(Float)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

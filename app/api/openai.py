@@ -1,0 +1,83 @@
+"""OpenAI-compatible endpoints: ``POST /v1/chat/completions`` and ``POST /v1/images/generations``.
+
+Existing OpenAI clients work unchanged with ``base_url=<gateway>/v1`` and a tenant key: ``model`` is
+``router`` (the tenant's default router) or ``router/<name>``. The gateway routes the prompt, forwards the
+request to the chosen backend (see app/forwarding.py) and answers with the backend's response, whose
+``model`` is the backend that answered. The header ``x-banditgate-decision-id`` carries the decision id
+for ``POST /feedback``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, HTTPException, status
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import ValidationError
+
+from app import forwarding
+from app.deps import Ctx, CurrentTenant, Session
+from app.jsonable import jsonable
+from app.schemas import RouteRequest
+
+router = APIRouter(prefix="/v1", tags=["OpenAI-compatible"])
+
+OpenAIBody = Annotated[dict[str, Any], Body(description="the OpenAI request body")]
+ROUTER_MODEL = "router"
+
+
+def router_name(model: Any) -> str | None:
+    """``router`` -> None (the default router), ``router/<name>`` -> name; anything else is a 422."""
+    if model == ROUTER_MODEL:
+        return None
+    if isinstance(model, str) and model.startswith(ROUTER_MODEL + "/") and len(model) > len(ROUTER_MODEL) + 1:
+        return model[len(ROUTER_MODEL) + 1 :]
+    raise HTTPException(
+        status.HTTP_422_UNPROCESSABLE_CONTENT,
+        f"model must be 'router' (the tenant's default router) or 'router/<name>', not {model!r}",
+    )
+
+
+def route_request(body: dict[str, Any], **text: Any) -> RouteRequest:
+    metadata = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
+    try:
+        return RouteRequest(router=router_name(body.get("model")), metadata=metadata, **text)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False, include_context=False, include_input=False)
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, jsonable(errors)) from exc
+
+
+def _headers(decision_id: str, backend: str, cost: float | None = None) -> dict[str, str]:
+    headers = {"x-banditgate-decision-id": decision_id, "x-banditgate-model": backend}
+    if cost is not None:
+        headers["x-banditgate-cost-usd"] = f"{cost:.10g}"
+    return headers
+
+
+@router.post("/chat/completions", response_model=None)
+async def chat_completions(body: OpenAIBody, ctx: Ctx, session: Session, tenant: CurrentTenant) -> Response:
+    """Chat completions, streamed (server-sent events) when ``stream`` is true."""
+    if not isinstance(body.get("messages"), list) or not body["messages"]:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, "'messages' must be a non-empty list")
+    request = route_request(body, messages=body["messages"])
+    if body.get("stream"):
+        stream = await forwarding.forward_stream(ctx, session, tenant, request, body)
+        return StreamingResponse(
+            stream.events,
+            media_type="text/event-stream",
+            headers=_headers(stream.route.decision_id, stream.target.name),
+        )
+    done = await forwarding.forward_json(ctx, session, tenant, request, body)
+    payload = {**done.payload, "model": done.target.name}
+    return JSONResponse(payload, headers=_headers(done.route.decision_id, done.target.name, done.cost))
+
+
+@router.post("/images/generations", response_model=None)
+async def image_generations(body: OpenAIBody, ctx: Ctx, session: Session, tenant: CurrentTenant) -> Response:
+    """Image generations; the prompt is routed, the backend's answer returned with its ``model``."""
+    if not isinstance(body.get("prompt"), str):
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, "'prompt' must be a string")
+    request = route_request(body, prompt=body["prompt"])
+    done = await forwarding.forward_json(ctx, session, tenant, request, body)
+    payload = {**done.payload, "model": done.target.name}
+    return JSONResponse(payload, headers=_headers(done.route.decision_id, done.target.name, done.cost))

@@ -1,0 +1,295 @@
+"""Forwarding: route, call the chosen backend, fall back to the policy's next choice, account the cost.
+
+``forward_json`` and ``forward_stream`` first log the decision exactly as ``POST /route`` does. They then
+call the decision's first model; when that backend gives up (after its own retries, see app/backends.py)
+the policy is asked again with ``Context(tried=[...])`` and its next choice is called, up to
+``forward_max_fallbacks`` more backends. Every attempt is stored in ``attempts``. The call's cost (the
+backend's reported token usage x its prices, plus its per-call price; characters / 4 when it reports no
+usage) is recorded as a ``cost`` feedback event through ``record_feedback``, so it is idempotent and folded
+like any other event. The decision's ``info.answered_by`` names the backend that answered; feedback
+without a ``model`` defaults to it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import AsyncIterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import anyio
+import httpx
+import numpy as np
+from fastapi import HTTPException, status
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app import gateway
+from app.backend_keys import SecretKeyMissing, decrypt_key, fernet_for
+from app.backends import AttemptRecord, BackendFailure, Target
+from app.context import AppContext
+from app.schemas import FeedbackRequest, RouteRequest, RouteResponse
+from app.store.models import Attempt, Backend, DecisionRow, Router, Tenant
+from routers.base import Context
+
+log = logging.getLogger(__name__)
+
+CHAT_PATH = "/chat/completions"
+IMAGE_PATH = "/images/generations"
+
+
+@dataclass
+class Forwarded:
+    route: RouteResponse
+    target: Target
+    payload: dict[str, Any]
+    cost: float
+    attempts: list[AttemptRecord]
+
+
+@dataclass
+class Stream:
+    route: RouteResponse
+    target: Target
+    events: AsyncIterator[bytes]
+
+
+def path_for(body: dict[str, Any]) -> str:
+    return CHAT_PATH if "messages" in body else IMAGE_PATH
+
+
+async def load_target(
+    ctx: AppContext, session: AsyncSession, name: str, path: str, attempts: list[AttemptRecord]
+) -> Target:
+    """The backend ``name`` ready to call; a BackendFailure (not retried) when it cannot be."""
+    backend = await session.scalar(select(Backend).where(Backend.name == name))
+    problem: str | None = None
+    api_key: str | None = None
+    if backend is None:
+        problem = "is not in the catalog"
+    elif (backend.kind == "image") != (path == IMAGE_PATH):
+        problem = f"is a {backend.kind} backend and cannot serve {path}"
+    else:
+        try:
+            api_key = decrypt_key(fernet_for(ctx.settings.secret_key), backend.api_key_secret)
+        except SecretKeyMissing as exc:
+            problem = f"cannot be called: {exc}"
+    if problem is not None or backend is None:
+        failure = BackendFailure(name, "unusable", problem or "", retryable=False)
+        attempts.append(AttemptRecord(name, len(attempts) + 1, "unusable", None, 0.0, str(failure)))
+        raise failure
+    return Target.of(backend, api_key)
+
+
+async def next_model(
+    ctx: AppContext, session: AsyncSession, decision_id: str, request: RouteRequest, tried: list[str]
+) -> str | None:
+    """The policy's choice for the same prompt once ``tried`` are excluded (None: nothing left)."""
+    row = await session.get(DecisionRow, decision_id)
+    router = await session.get(Router, row.router_id) if row is not None else None
+    if row is None or router is None:
+        return None
+    arms = list(router.arms)
+    context = Context(
+        embedding=np.frombuffer(row.embedding, dtype=np.float32).copy(),
+        arms=request.candidates,
+        costs=await gateway.expected_costs(session, arms, row.prompt_chars),
+        tried=list(tried),
+        rng=gateway.decision_rng(router.seed, decision_id),
+    )
+    runtime = await ctx.states.get(router)
+    try:
+        decision = runtime.policy.select(context)
+    except Exception:  # a policy that cannot re-select must not turn a 502 into a 500
+        log.exception("re-selecting after %s failed for decision %s", tried, decision_id)
+        return None
+    arm = decision.arm
+    return arm if arm is not None and arm not in tried else None
+
+
+async def _call(
+    ctx: AppContext,
+    session: AsyncSession,
+    request: RouteRequest,
+    route: RouteResponse,
+    body: dict[str, Any],
+    path: str,
+    attempts: list[AttemptRecord],
+    stream: bool,
+) -> tuple[Target, dict[str, Any] | httpx.Response]:
+    """Call the decision's model, then the policy's next choices; raise the gateway's 502/504."""
+    if route.model is None:
+        raise HTTPException(
+            status.HTTP_503_SERVICE_UNAVAILABLE,
+            f"router {route.router!r} declined to choose a model (decision {route.decision_id})",
+        )
+    tried: list[str] = []
+    failures: list[BackendFailure] = []
+    model: str | None = route.model
+    while model is not None:
+        tried.append(model)
+        try:
+            target = await load_target(ctx, session, model, path, attempts)
+            if stream:
+                return target, await ctx.backends.open_stream(target, path, body, attempts)
+            return target, await ctx.backends.call_json(target, path, body, attempts)
+        except BackendFailure as exc:
+            failures.append(exc)
+        if len(tried) > ctx.settings.forward_max_fallbacks:
+            break
+        model = await next_model(ctx, session, route.decision_id, request, tried)
+    await save_attempts(session, route.decision_id, attempts)
+    code = 504 if all(f.status_code == 504 for f in failures) else 502
+    raise HTTPException(
+        code,
+        "; ".join(str(f) for f in failures) + f" (decision {route.decision_id})",
+        headers={"x-banditgate-decision-id": route.decision_id},
+    )
+
+
+async def save_attempts(session: AsyncSession, decision_id: str, attempts: list[AttemptRecord]) -> None:
+    session.add_all(Attempt(decision_id=decision_id, **asdict(a)) for a in attempts)
+    await session.commit()
+
+
+def _tokens(chars: int) -> int:
+    return math.ceil(chars / gateway.CHARS_PER_TOKEN)
+
+
+def usage_tokens(usage: Any, prompt_chars: int, answer_chars: int) -> tuple[int, int]:
+    """(input, output) tokens from an OpenAI ``usage`` object (chat or images), else characters / 4."""
+    if isinstance(usage, dict):
+        tin = usage.get("prompt_tokens", usage.get("input_tokens"))
+        tout = usage.get("completion_tokens", usage.get("output_tokens"))
+        if isinstance(tin, int) and isinstance(tout, int):
+            return max(tin, 0), max(tout, 0)
+    return _tokens(prompt_chars), _tokens(answer_chars)
+
+
+def answer_chars(payload: dict[str, Any]) -> int:
+    total = 0
+    for choice in payload.get("choices") or []:
+        message = choice.get("message") if isinstance(choice, dict) else None
+        if isinstance(message, dict) and isinstance(message.get("content"), str):
+            total += len(message["content"])
+    return total
+
+
+async def settle(
+    ctx: AppContext,
+    session: AsyncSession,
+    tenant: Tenant,
+    decision_id: str,
+    target: Target,
+    attempts: list[AttemptRecord],
+    cost: float | None,
+) -> None:
+    """Store the attempts, mark who answered, and record the cost event (when the call completed)."""
+    row = await session.get(DecisionRow, decision_id)
+    if row is not None:
+        row.info = {**(row.info or {}), "answered_by": target.name}
+    await save_attempts(session, decision_id, attempts)
+    if cost is not None:
+        feedback = FeedbackRequest(decision_id=decision_id, model=target.name, kind="cost", cost=cost)
+        await gateway.record_feedback(ctx, session, tenant, [feedback])
+
+
+async def forward_json(
+    ctx: AppContext, session: AsyncSession, tenant: Tenant, request: RouteRequest, body: dict[str, Any]
+) -> Forwarded:
+    route = await gateway.route(ctx, session, tenant, request)
+    attempts: list[AttemptRecord] = []
+    path = path_for(body)
+    target, payload = await _call(ctx, session, request, route, body, path, attempts, stream=False)
+    assert isinstance(payload, dict)
+    if path == IMAGE_PATH:
+        tin, tout = usage_tokens(payload.get("usage"), 0, 0)
+    else:
+        tin, tout = usage_tokens(payload.get("usage"), len(request.text()), answer_chars(payload))
+    cost = target.cost(tin, tout)
+    await settle(ctx, session, tenant, route.decision_id, target, attempts, cost)
+    return Forwarded(route, target, payload, cost, attempts)
+
+
+def _rewrite(line: str, target: Target, drop_usage_chunks: bool, seen: dict[str, Any]) -> str | None:
+    """One SSE line on its way to the client: ``model`` set to the backend's name; the usage-only chunk
+    the gateway asked for itself is kept for accounting and dropped."""
+    if not line.startswith("data:"):
+        return line
+    data = line[5:].strip()
+    if data == "[DONE]":
+        seen["done"] = True
+        return line
+    try:
+        chunk = json.loads(data)
+    except json.JSONDecodeError:
+        return line
+    if not isinstance(chunk, dict):
+        return line
+    if isinstance(chunk.get("usage"), dict):
+        seen["usage"] = chunk["usage"]
+    for choice in chunk.get("choices") or []:
+        delta = choice.get("delta") if isinstance(choice, dict) else None
+        if isinstance(delta, dict) and isinstance(delta.get("content"), str):
+            seen["chars"] = seen.get("chars", 0) + len(delta["content"])
+    if drop_usage_chunks and not chunk.get("choices") and "usage" in chunk:
+        return None
+    chunk["model"] = target.name
+    return "data: " + json.dumps(chunk, separators=(",", ":"))
+
+
+async def forward_stream(
+    ctx: AppContext, session: AsyncSession, tenant: Tenant, request: RouteRequest, body: dict[str, Any]
+) -> Stream:
+    """Open the upstream event stream (with retries and fallbacks before its first byte) and return the
+    events to pass through. A client that disconnects cancels the iterator, which closes the upstream
+    response: the backend sees its connection closed."""
+    route = await gateway.route(ctx, session, tenant, request)
+    attempts: list[AttemptRecord] = []
+    given = body.get("stream_options")
+    options: dict[str, Any] = given if isinstance(given, dict) else {}
+    asked_usage = bool(options.get("include_usage"))
+    upstream_body = {**body, "stream": True, "stream_options": {**options, "include_usage": True}}
+    target, response = await _call(ctx, session, request, route, upstream_body, CHAT_PATH, attempts, True)
+    assert isinstance(response, httpx.Response)
+    prompt_chars = len(request.text())
+
+    async def events() -> AsyncIterator[bytes]:
+        seen: dict[str, Any] = {}
+        outcome = "cancelled"
+        message = ""
+        try:
+            async for line in response.aiter_lines():
+                out = _rewrite(line, target, not asked_usage, seen)
+                if out is not None:
+                    yield (out + "\n").encode("utf-8")
+            outcome = "ok" if seen.get("done") else "connection"
+            message = f"backend {target.name!r} closed the stream before [DONE]"
+        except httpx.HTTPError as exc:
+            outcome = "connection"
+            message = f"backend {target.name!r} broke the stream: {type(exc).__name__}: {exc}"
+        finally:
+            await response.aclose()
+            if outcome == "connection":
+                attempts.append(AttemptRecord(target.name, len(attempts) + 1, outcome, None, 0.0, message))
+            elif outcome == "cancelled":
+                attempts.append(
+                    AttemptRecord(target.name, len(attempts) + 1, outcome, None, 0.0, "client disconnected")
+                )
+            cost = None
+            if outcome == "ok":
+                tin, tout = usage_tokens(seen.get("usage"), prompt_chars, int(seen.get("chars", 0)))
+                cost = target.cost(tin, tout)
+            with anyio.CancelScope(shield=True):
+                try:
+                    async with ctx.sessionmaker() as own:
+                        await settle(ctx, own, tenant, route.decision_id, target, attempts, cost)
+                except Exception:
+                    log.exception("recording the stream of decision %s failed", route.decision_id)
+        if outcome == "connection":
+            error = {"error": {"message": message, "type": "backend_error", "code": 502}}
+            yield f"data: {json.dumps(error)}\n\n".encode()
+
+    return Stream(route, target, events())

@@ -1,0 +1,361 @@
+"""Forwarding to real (local) backends: the official ``openai`` client against the gateway, which calls
+the servers of tests/fake_backend.py. Misbehaving backends must never take the gateway down."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+
+import httpx
+import httpx2
+import openai
+import pytest
+import uvicorn
+from fastapi import FastAPI
+from sqlalchemy import select
+
+from app.backend_keys import decrypt_key, fernet_for
+from app.main import create_app
+from app.store.models import Attempt, Backend, FeedbackEvent
+from tests.conftest import Stack, admin_headers, bearer, running, unique
+from tests.fake_backend import USAGE, FakeBackends
+
+PROMPT = "Prove that sqrt(2) is irrational."
+PRICE_IN, PRICE_OUT = 1.0, 2.0  # USD per million tokens
+USAGE_COST = USAGE["prompt_tokens"] * PRICE_IN / 1e6 + USAGE["completion_tokens"] * PRICE_OUT / 1e6
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeBackends]:
+    server = FakeBackends().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def sqlite_stack(sqlite_url: str) -> Stack:
+    return Stack("sqlite", sqlite_url, None)
+
+
+def gateway_app(stack: Stack, **overrides: object) -> FastAPI:
+    settings = {"forward_max_retries": 1, "forward_backoff_s": 0.01, **overrides}
+    return create_app(stack.settings(**settings))
+
+
+async def add_backend(client: httpx.AsyncClient, fake: FakeBackends, behaviour: str, **fields: object) -> str:
+    name = unique(behaviour)
+    body = {
+        "name": name,
+        "base_url": fake.url(behaviour),
+        "usd_per_mtok_in": PRICE_IN,
+        "usd_per_mtok_out": PRICE_OUT,
+        "timeout_s": 0.5,
+        **fields,
+    }
+    response = await client.post("/admin/backends", json=body, headers=admin_headers())
+    assert response.status_code == 201, response.text
+    return name
+
+
+async def add_tenant(client: httpx.AsyncClient, arms: list[str], router: str = "main") -> str:
+    """A tenant whose default router is LinUCB with alpha 0 (greedy) over ``arms``; returns its key."""
+    tenant = unique("t")
+    assert (
+        await client.post("/admin/tenants", json={"name": tenant}, headers=admin_headers())
+    ).status_code == 201
+    key = (await client.post(f"/admin/tenants/{tenant}/keys", json={}, headers=admin_headers())).json()["key"]
+    body = {
+        "name": router,
+        "policy": "linucb",
+        "hyperparameters": {"alpha": 0.0},
+        "arms": arms,
+        "is_default": True,
+    }
+    response = await client.post(f"/admin/tenants/{tenant}/routers", json=body, headers=admin_headers())
+    assert response.status_code == 201, response.text
+    return key
+
+
+async def prefer(client: httpx.AsyncClient, key: str, arm: str, prompt: str = PROMPT) -> None:
+    """Teach the greedy router that ``arm`` is good on ``prompt``, so it is chosen first."""
+    decision = (
+        await client.post("/route", json={"prompt": prompt, "candidates": [arm]}, headers=bearer(key))
+    ).json()
+    feedback = {"decision_id": decision["decision_id"], "reward": 1.0}
+    assert (await client.post("/feedback", json=feedback, headers=bearer(key))).status_code == 202
+
+
+def openai_client(app: FastAPI, key: str) -> openai.AsyncOpenAI:
+    transport = httpx2.ASGITransport(app=app)
+    return openai.AsyncOpenAI(
+        base_url="http://gateway/v1",
+        api_key=key,
+        max_retries=0,
+        http_client=httpx2.AsyncClient(transport=transport, base_url="http://gateway"),
+    )
+
+
+async def events_of(app: FastAPI, decision_id: str) -> list[FeedbackEvent]:
+    async with app.state.ctx.sessionmaker() as session:
+        query = (
+            select(FeedbackEvent).where(FeedbackEvent.decision_id == decision_id).order_by(FeedbackEvent.id)
+        )
+        return list(await session.scalars(query))
+
+
+async def attempts_of(app: FastAPI, decision_id: str) -> list[tuple[str, str, int | None]]:
+    async with app.state.ctx.sessionmaker() as session:
+        query = select(Attempt).where(Attempt.decision_id == decision_id).order_by(Attempt.id)
+        return [(a.model, a.outcome, a.http_status) for a in await session.scalars(query)]
+
+
+async def test_openai_client_chat_cost_and_feedback(stack: Stack, fake: FakeBackends) -> None:
+    app = gateway_app(stack)
+    async with running(app) as client:
+        ok = await add_backend(client, fake, "ok", api_key="sk-upstream-secret", usd_per_call=0.001)
+        key = await add_tenant(client, [ok])
+        llm = openai_client(app, key)
+        raw = await llm.chat.completions.with_raw_response.create(
+            model="router", messages=[{"role": "user", "content": PROMPT}], max_tokens=5
+        )
+        completion = raw.parse()
+        decision_id = raw.headers["x-banditgate-decision-id"]
+        assert completion.model == ok and completion.choices[0].message.content == "answer from ok"
+        assert float(raw.headers["x-banditgate-cost-usd"]) == pytest.approx(USAGE_COST + 0.001)
+
+        # Upstream got the backend's key as a bearer token and its own model name, the rest untouched.
+        seen = fake.seen("ok")[-1]
+        assert seen.headers["authorization"] == "Bearer sk-upstream-secret"
+        assert seen.body["model"] == ok and seen.body["max_tokens"] == 5
+
+        # The key is encrypted at rest and never returned.
+        async with app.state.ctx.sessionmaker() as session:
+            row = await session.scalar(select(Backend).where(Backend.name == ok))
+        assert row is not None and row.api_key_secret is not None and "sk-upstream" not in row.api_key_secret
+        assert (
+            decrypt_key(fernet_for(app.state.ctx.settings.secret_key), row.api_key_secret)
+            == "sk-upstream-secret"
+        )
+        listed = (await client.get(f"/admin/backends/{ok}", headers=admin_headers())).text
+        assert "sk-upstream" not in listed and row.api_key_secret not in listed
+
+        # The cost is a feedback event; the client's reward (no model named) is a separate event.
+        events = await events_of(app, decision_id)
+        assert [(e.model, e.kind, e.reward) for e in events] == [(ok, "cost", None)]
+        assert events[0].cost == pytest.approx(USAGE_COST + 0.001)
+        reward = await client.post(
+            "/feedback", json={"decision_id": decision_id, "reward": 0.9}, headers=bearer(key)
+        )
+        assert (
+            reward.status_code == 202 and reward.json()["duplicate"] is False and reward.json()["model"] == ok
+        )
+        assert await attempts_of(app, decision_id) == [(ok, "ok", 200)]
+
+        # /route with forward: the same call through the gateway's own API.
+        body = {"forward": True, "request": {"messages": [{"role": "user", "content": PROMPT}]}}
+        routed = await client.post("/route", json=body, headers=bearer(key))
+        assert routed.status_code == 200, routed.text
+        answer = routed.json()
+        assert answer["backend"] == ok and answer["model"] == ok
+        assert answer["response"]["choices"][0]["message"]["content"] == "answer from ok"
+        assert answer["cost"] == pytest.approx(USAGE_COST + 0.001)
+        assert [a["outcome"] for a in answer["attempts"]] == ["ok"]
+
+
+async def test_streaming_passes_events_through_and_accounts_usage(
+    sqlite_stack: Stack, fake: FakeBackends
+) -> None:
+    app = gateway_app(sqlite_stack)
+    async with running(app) as client:
+        ok = await add_backend(client, fake, "ok")
+        key = await add_tenant(client, [ok], router="chat")
+        llm = openai_client(app, key)
+        raw = await llm.chat.completions.with_raw_response.create(
+            model="router/chat", messages=[{"role": "user", "content": PROMPT}], stream=True
+        )
+        decision_id = raw.headers["x-banditgate-decision-id"]
+        chunks = [chunk async for chunk in raw.parse()]
+        # The gateway asked upstream for usage itself; the client, which did not, never sees that chunk.
+        assert all(chunk.choices for chunk in chunks) and {c.model for c in chunks} == {ok}
+        assert "".join(c.choices[0].delta.content or "" for c in chunks) == "part0 part1 part2 "
+        assert fake.seen("ok")[-1].body["stream_options"] == {"include_usage": True}
+        events = await events_of(app, decision_id)
+        assert [(e.kind, e.cost) for e in events] == [("cost", pytest.approx(USAGE_COST))]
+
+        # A client that asks for usage gets the usage chunk.
+        stream = await llm.chat.completions.create(
+            model="router/chat",
+            messages=[{"role": "user", "content": PROMPT}],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        usages = [c.usage for c in [c async for c in stream] if c.usage is not None]
+        assert [u.completion_tokens for u in usages] == [USAGE["completion_tokens"]]
+
+
+async def test_fallback_to_the_policys_next_choice(sqlite_stack: Stack, fake: FakeBackends) -> None:
+    app = gateway_app(sqlite_stack)
+    async with running(app) as client:
+        hang = await add_backend(client, fake, "hang", timeout_s=0.3)
+        ok = await add_backend(client, fake, "ok")
+        key = await add_tenant(client, [hang, ok])
+        await prefer(client, key, hang)
+        llm = openai_client(app, key)
+        raw = await llm.chat.completions.with_raw_response.create(
+            model="router", messages=[{"role": "user", "content": PROMPT}]
+        )
+        assert raw.parse().model == ok
+        decision_id = raw.headers["x-banditgate-decision-id"]
+        # hang: first try and one retry timed out; then the policy's next choice answered.
+        assert await attempts_of(app, decision_id) == [
+            (hang, "timeout", None),
+            (hang, "timeout", None),
+            (ok, "ok", 200),
+        ]
+        assert fake.counts["hang"] == 2
+        # Feedback without a model is about the backend that answered.
+        reward = await client.post(
+            "/feedback", json={"decision_id": decision_id, "reward": 0.5}, headers=bearer(key)
+        )
+        assert reward.json()["model"] == ok
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "code", "calls", "says"),
+    [
+        ("hang", 504, 2, "timed out after 0.3 s"),
+        ("garbage", 502, 2, "invalid JSON"),
+        ("close", 502, 2, "connection failed"),
+        ("status-500", 502, 2, "answered 500"),
+        ("status-400", 502, 1, "answered 400"),  # not retried: the request itself is refused
+    ],
+)
+async def test_a_misbehaving_backend_gets_a_clear_error(
+    sqlite_stack: Stack, fake: FakeBackends, behaviour: str, code: int, calls: int, says: str
+) -> None:
+    app = gateway_app(sqlite_stack)
+    async with running(app) as client:
+        bad = await add_backend(client, fake, behaviour, timeout_s=0.3)
+        key = await add_tenant(client, [bad])
+        body = {"model": "router", "messages": [{"role": "user", "content": PROMPT}]}
+        response = await client.post("/v1/chat/completions", json=body, headers=bearer(key))
+        assert response.status_code == code, response.text
+        detail = response.json()["detail"]
+        assert bad in detail and says in detail and response.headers["x-banditgate-decision-id"] in detail
+        assert fake.counts[behaviour] == calls
+        # The gateway is still up and serving.
+        assert (await client.get("/healthz")).status_code == 200
+        llm = openai_client(app, key)
+        with pytest.raises(openai.APIStatusError) as raised:
+            await llm.chat.completions.create(model="router", messages=[{"role": "user", "content": PROMPT}])
+        assert raised.value.status_code == code
+
+
+async def test_retry_after_a_transient_error(sqlite_stack: Stack, fake: FakeBackends) -> None:
+    app = gateway_app(sqlite_stack)
+    async with running(app) as client:
+        flaky = await add_backend(client, fake, "flaky-1")
+        key = await add_tenant(client, [flaky])
+        body = {"forward": True, "request": {"messages": [{"role": "user", "content": PROMPT}]}}
+        answer = (await client.post("/route", json=body, headers=bearer(key))).json()
+        assert [(a["outcome"], a["http_status"]) for a in answer["attempts"]] == [
+            ("http_error", 503),
+            ("ok", 200),
+        ]
+        assert answer["response"]["choices"][0]["message"]["content"] == "answer from flaky-1"
+
+
+async def test_a_broken_stream_ends_with_an_error_event(sqlite_stack: Stack, fake: FakeBackends) -> None:
+    app = gateway_app(sqlite_stack)
+    async with running(app) as client:
+        broken = await add_backend(client, fake, "breakstream")
+        key = await add_tenant(client, [broken])
+        body = {"model": "router", "stream": True, "messages": [{"role": "user", "content": PROMPT}]}
+        response = await client.post("/v1/chat/completions", json=body, headers=bearer(key))
+        assert response.status_code == 200
+        data = [line for line in response.text.splitlines() if line.startswith("data:")]
+        # The chunk that arrived, then an error event naming the backend; no [DONE], no cost recorded.
+        assert len(data) == 2 and "part0" in data[0] and "data: [DONE]" not in response.text
+        assert f"backend '{broken}' closed the stream before [DONE]" in data[1]
+        decision_id = response.headers["x-banditgate-decision-id"]
+        assert await attempts_of(app, decision_id) == [(broken, "ok", 200), (broken, "connection", None)]
+        assert await events_of(app, decision_id) == []
+        assert (await client.get("/healthz")).status_code == 200
+
+
+async def test_images_cost_the_per_call_price(sqlite_stack: Stack, fake: FakeBackends) -> None:
+    app = gateway_app(sqlite_stack)
+    async with running(app) as client:
+        painter = await add_backend(client, fake, "ok", kind="image", usd_per_call=0.04)
+        key = await add_tenant(client, [painter])
+        llm = openai_client(app, key)
+        raw = await llm.images.with_raw_response.generate(model="router", prompt="a lighthouse at dusk")
+        images = raw.parse()
+        assert images.data is not None and images.data[0].url == "http://img/ok.png"
+        assert float(raw.headers["x-banditgate-cost-usd"]) == pytest.approx(0.04)
+        # A chat request cannot be sent to an image backend.
+        body = {"model": "router", "messages": [{"role": "user", "content": PROMPT}]}
+        refused = await client.post("/v1/chat/completions", json=body, headers=bearer(key))
+        assert refused.status_code == 502 and "is a image backend" in refused.json()["detail"]
+
+
+async def test_bad_model_names_and_missing_secret_key(sqlite_stack: Stack, fake: FakeBackends) -> None:
+    app = gateway_app(sqlite_stack, secret_key=None)
+    async with running(app) as client:
+        body = {"name": unique("k"), "base_url": fake.url("ok"), "api_key": "sk-x"}
+        refused = await client.post("/admin/backends", json=body, headers=admin_headers())
+        assert refused.status_code == 422 and "BANDITGATE_SECRET_KEY" in refused.text
+        ok = await add_backend(client, fake, "ok")
+        key = await add_tenant(client, [ok])
+        for model in ("gpt-4o", "router/", "router/missing"):
+            chat = {"model": model, "messages": [{"role": "user", "content": PROMPT}]}
+            response = await client.post("/v1/chat/completions", json=chat, headers=bearer(key))
+            assert response.status_code == (404 if model == "router/missing" else 422), (model, response.text)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@asynccontextmanager
+async def served(app: FastAPI) -> AsyncIterator[str]:
+    """The app under a real uvicorn server on this loop (real sockets, so disconnects are real)."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
+
+
+async def test_a_client_that_disconnects_cancels_the_upstream_call(
+    sqlite_stack: Stack, fake: FakeBackends
+) -> None:
+    app = gateway_app(sqlite_stack)
+    async with served(app) as url, httpx.AsyncClient(base_url=url) as client:
+        slow = await add_backend(client, fake, "slowstream", timeout_s=5)
+        key = await add_tenant(client, [slow])
+        body = {"model": "router", "stream": True, "messages": [{"role": "user", "content": PROMPT}]}
+        async with client.stream("POST", "/v1/chat/completions", json=body, headers=bearer(key)) as response:
+            decision_id = response.headers["x-banditgate-decision-id"]
+            async for line in response.aiter_lines():
+                if "part1" in line:
+                    break  # leave after two of the 50 chunks
+        for _ in range(50):
+            if fake.disconnected.get("slowstream"):
+                break
+            await asyncio.sleep(0.1)
+        assert fake.disconnected["slowstream"] is True
+        for _ in range(50):
+            if (await attempts_of(app, decision_id))[-1:] == [(slow, "cancelled", None)]:
+                break
+            await asyncio.sleep(0.1)
+        assert await attempts_of(app, decision_id) == [(slow, "ok", 200), (slow, "cancelled", None)]
