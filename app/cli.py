@@ -57,6 +57,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
             key_file.write_text("adm_" + secrets.token_urlsafe(24))
             key_file.chmod(0o600)
         os.environ["BANDITGATE_ADMIN_KEY"] = key_file.read_text().strip()
+    dataset = state_dir / "demo-dataset"
+    if not (dataset / "rows.jsonl").exists():
+        from app.demo_dataset import write_demo_dataset
+
+        write_demo_dataset(dataset)
+    os.environ.setdefault("BANDITGATE_REPLAY_DATASET", str(dataset))
     settings = Settings()
     upgrade(settings.database_url)
     base = f"http://{args.host}:{args.port}"
@@ -77,10 +83,47 @@ banditgate demo
 Try it:
   curl -s {base}/route -H 'Authorization: Bearer {demo.api_key}' \\
        -H 'Content-Type: application/json' -d '{{"prompt": "Prove that sqrt(2) is irrational."}}'
+
+Watch it learn (replays {dataset}: maths is best on demo-large, everyday writing on demo-small):
+  banditgate replay-evaluator --gateway {base} --api-key {demo.api_key} --dataset {dataset}
 """,
         flush=True,
     )
     return _serve(args.host, args.port, 1)
+
+
+def cmd_replay_backends(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from app.replay_backends import load_dataset, replay_app
+
+    dataset = load_dataset(args.dataset)
+    print(f"serving {', '.join(dataset.names)} at http://{args.host}:{args.port}/<model>/v1", flush=True)
+    uvicorn.run(replay_app(dataset), host=args.host, port=args.port)
+    return 0
+
+
+def cmd_replay_evaluator(args: argparse.Namespace) -> int:
+    import httpx
+
+    from app.replay_backends import load_dataset
+    from app.replay_evaluator import run_evaluator
+
+    async def run() -> int:
+        async with httpx.AsyncClient(base_url=args.gateway, timeout=args.timeout) as client:
+            summary = await run_evaluator(
+                client,
+                args.api_key,
+                load_dataset(args.dataset),
+                router=args.router,
+                limit=args.limit,
+                block=args.block,
+                seed=args.seed,
+            )
+        print(f"{summary.rows} rows, mean reward {summary.mean_reward:.3f}, errors {summary.errors}")
+        return 0
+
+    return asyncio.run(run())
 
 
 def cmd_bench(args: argparse.Namespace, rest: list[str]) -> int:
@@ -107,6 +150,23 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--host", default="127.0.0.1")
     demo.add_argument("--port", type=int, default=8000)
     demo.set_defaults(func=cmd_demo)
+
+    replay = sub.add_parser("replay-backends", help="serve a replay dataset's models as OpenAI backends")
+    replay.add_argument("--dataset", required=True, help="directory with models.json and rows.jsonl")
+    replay.add_argument("--host", default="127.0.0.1")
+    replay.add_argument("--port", type=int, default=8100)
+    replay.set_defaults(func=cmd_replay_backends)
+
+    evaluator = sub.add_parser("replay-evaluator", help="send a replay dataset's prompts and logged rewards")
+    evaluator.add_argument("--gateway", required=True, help="the gateway's base URL")
+    evaluator.add_argument("--api-key", required=True, help="a tenant API key")
+    evaluator.add_argument("--dataset", required=True, help="directory with models.json and rows.jsonl")
+    evaluator.add_argument("--router", default=None, help="router name (default: the tenant's default)")
+    evaluator.add_argument("--limit", type=int, default=None, help="rows to send (cycles; default: all)")
+    evaluator.add_argument("--block", type=int, default=20, help="print a summary every N rows")
+    evaluator.add_argument("--seed", type=int, default=0, help="row order and reward samples")
+    evaluator.add_argument("--timeout", type=float, default=120.0, help="HTTP timeout per request (s)")
+    evaluator.set_defaults(func=cmd_replay_evaluator)
 
     sub.add_parser("bench", help="offline replay benchmarks (banditgate bench --help)", add_help=False)
     return parser

@@ -82,6 +82,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for module in (health, route, feedback, admin_tenants, admin_backends, admin_routers):
         app.include_router(module.router)
     app.include_router(openai.router)
+    if settings.replay_dataset:
+        from app.replay_backends import load_dataset, replay_app
+
+        app.mount("/replay", replay_app(load_dataset(settings.replay_dataset)))
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:

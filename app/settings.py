@@ -48,6 +48,9 @@ class Settings(BaseSettings):
         2, ge=0, le=20, description="other backends tried (policy's next choice) after one fails"
     )
     forward_max_connections: int = Field(200, gt=0, description="pooled upstream connections, all backends")
+    replay_dataset: str | None = Field(
+        None, description="a replay dataset directory served as backends under /replay (banditgate demo sets it)"
+    )
 
     @field_validator("database_url")
     @classmethod

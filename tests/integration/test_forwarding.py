@@ -4,15 +4,12 @@ the servers of tests/fake_backend.py. Misbehaving backends must never take the g
 from __future__ import annotations
 
 import asyncio
-import socket
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 
 import httpx
 import httpx2
 import openai
 import pytest
-import uvicorn
 from fastapi import FastAPI
 from sqlalchemy import select
 
@@ -21,6 +18,7 @@ from app.main import create_app
 from app.store.models import Attempt, Backend, FeedbackEvent
 from tests.conftest import Stack, admin_headers, bearer, running, unique
 from tests.fake_backend import USAGE, FakeBackends
+from tests.served import served
 
 PROMPT = "Prove that sqrt(2) is irrational."
 PRICE_IN, PRICE_OUT = 1.0, 2.0  # USD per million tokens
@@ -313,27 +311,6 @@ async def test_bad_model_names_and_missing_secret_key(sqlite_stack: Stack, fake:
             chat = {"model": model, "messages": [{"role": "user", "content": PROMPT}]}
             response = await client.post("/v1/chat/completions", json=chat, headers=bearer(key))
             assert response.status_code == (404 if model == "router/missing" else 422), (model, response.text)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@asynccontextmanager
-async def served(app: FastAPI) -> AsyncIterator[str]:
-    """The app under a real uvicorn server on this loop (real sockets, so disconnects are real)."""
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
 
 
 async def test_a_client_that_disconnects_cancels_the_upstream_call(

@@ -1,0 +1,196 @@
+"""Replay backends: every model of a logged dataset served as an OpenAI-compatible backend.
+
+A replay dataset is a directory with ``models.json``
+``{"models": [{"name", "usd_per_mtok_in", "usd_per_mtok_out", "usd_per_call", "default_tokens_out"?}],
+"reward_range": [lo, hi], "description"}`` and ``rows.jsonl``, one row a line:
+``{"id", "prompt", "rewards": {model: value or [samples]}, "tokens_in"?, "tokens_out"?,
+"responses"?: {model: text}}``; ``tokens_in``/``tokens_out`` are a number or a ``{model: number}``.
+
+``replay_app(dataset)`` serves model ``m`` at ``/<m>/v1/chat/completions`` (streaming too) and
+``/<m>/v1/images/generations``. The prompt (the messages' text joined by newlines, as the gateway embeds
+it) is looked up in the rows: the answer is the logged response, or a short placeholder naming the row,
+with the logged token counts (characters / 4 when absent) as ``usage``. ``banditgate replay-backends``
+runs it; ``banditgate demo`` mounts it at ``/replay`` over a synthetic dataset (app/demo_dataset.py).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fastapi import Body, FastAPI, HTTPException, status
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from app.schemas import ChatMessage, RouteRequest
+
+CHARS_PER_TOKEN = 4
+STREAM_CHUNKS = 4
+
+
+@dataclass(frozen=True)
+class ReplayModel:
+    name: str
+    usd_per_mtok_in: float = 0.0
+    usd_per_mtok_out: float = 0.0
+    usd_per_call: float = 0.0
+    default_tokens_out: int | None = None
+
+
+@dataclass
+class ReplayDataset:
+    models: list[ReplayModel]
+    reward_range: tuple[float, float]
+    rows: list[dict[str, Any]]
+    description: str = ""
+    by_prompt: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for row in self.rows:
+            self.by_prompt.setdefault(str(row["prompt"]), row)
+
+    @property
+    def names(self) -> list[str]:
+        return [m.name for m in self.models]
+
+    def model(self, name: str) -> ReplayModel | None:
+        return next((m for m in self.models if m.name == name), None)
+
+
+def load_dataset(directory: str | Path) -> ReplayDataset:
+    root = Path(directory)
+    meta = json.loads((root / "models.json").read_text(encoding="utf-8"))
+    models = [
+        ReplayModel(
+            name=str(m["name"]),
+            usd_per_mtok_in=float(m.get("usd_per_mtok_in", 0.0)),
+            usd_per_mtok_out=float(m.get("usd_per_mtok_out", 0.0)),
+            usd_per_call=float(m.get("usd_per_call", 0.0)),
+            default_tokens_out=m.get("default_tokens_out"),
+        )
+        for m in meta["models"]
+    ]
+    lo, hi = meta.get("reward_range", [0.0, 1.0])
+    with (root / "rows.jsonl").open(encoding="utf-8") as handle:
+        rows = [json.loads(line) for line in handle if line.strip()]
+    for number, row in enumerate(rows):
+        if "prompt" not in row or not isinstance(row.get("rewards"), dict):
+            raise ValueError(f"{root / 'rows.jsonl'} line {number + 1}: a row needs 'prompt' and 'rewards'")
+    return ReplayDataset(models, (float(lo), float(hi)), rows, str(meta.get("description", "")))
+
+
+def _per_model(value: Any, model: str) -> int | None:
+    if isinstance(value, dict):
+        value = value.get(model)
+    return int(value) if isinstance(value, int | float) else None
+
+
+def tokens(chars: int) -> int:
+    return math.ceil(chars / CHARS_PER_TOKEN)
+
+
+def replay_answer(dataset: ReplayDataset, model: ReplayModel, prompt: str) -> tuple[str, int, int]:
+    """(answer text, input tokens, output tokens) for ``prompt`` as ``model`` logged it."""
+    row = dataset.by_prompt.get(prompt)
+    if row is None:
+        text = f"[{model.name}] no logged answer for this prompt (replay placeholder)"
+        return text, tokens(len(prompt)), tokens(len(text))
+    logged = (row.get("responses") or {}).get(model.name)
+    text = str(logged) if logged is not None else f"[{model.name}] replayed answer to row {row.get('id')}"
+    tin = _per_model(row.get("tokens_in"), model.name) or tokens(len(prompt))
+    tout = _per_model(row.get("tokens_out"), model.name)
+    if tout is None:
+        tout = model.default_tokens_out if logged is None and model.default_tokens_out else tokens(len(text))
+    return text, tin, tout
+
+
+def prompt_of(body: dict[str, Any]) -> str:
+    messages = body.get("messages")
+    if isinstance(messages, list) and messages:
+        request = RouteRequest(messages=[ChatMessage.model_validate(m) for m in messages])
+        return request.text()
+    return str(body.get("prompt", ""))
+
+
+def _chunks(text: str, n: int) -> Iterator[str]:
+    size = max(1, math.ceil(len(text) / n))
+    for start in range(0, len(text), size):
+        yield text[start : start + size]
+
+
+def _stream(model: str, text: str, usage: dict[str, int], include_usage: bool) -> Iterator[bytes]:
+    base = {
+        "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+    }
+
+    def event(data: dict[str, Any]) -> bytes:
+        return f"data: {json.dumps({**base, **data})}\n\n".encode()
+
+    yield event(
+        {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
+    )
+    for piece in _chunks(text, STREAM_CHUNKS):
+        yield event({"choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]})
+    yield event({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    if include_usage:
+        yield event({"choices": [], "usage": usage})
+    yield b"data: [DONE]\n\n"
+
+
+def replay_app(dataset: ReplayDataset) -> FastAPI:
+    app = FastAPI(title="banditgate replay backends", description=dataset.description)
+
+    def model_or_404(name: str) -> ReplayModel:
+        model = dataset.model(name)
+        if model is None:
+            raise HTTPException(
+                status.HTTP_404_NOT_FOUND, f"model {name!r} not in the dataset ({dataset.names})"
+            )
+        return model
+
+    @app.get("/{name}/v1/models")
+    async def models(name: str) -> dict[str, Any]:
+        model = model_or_404(name)
+        return {"object": "list", "data": [{"id": model.name, "object": "model", "owned_by": "replay"}]}
+
+    @app.post("/{name}/v1/chat/completions", response_model=None)
+    async def chat(name: str, body: dict[str, Any] = Body(...)) -> Response:
+        model = model_or_404(name)
+        text, tin, tout = replay_answer(dataset, model, prompt_of(body))
+        usage = {"prompt_tokens": tin, "completion_tokens": tout, "total_tokens": tin + tout}
+        if body.get("stream"):
+            include = bool((body.get("stream_options") or {}).get("include_usage"))
+            return StreamingResponse(
+                _stream(model.name, text, usage, include), media_type="text/event-stream"
+            )
+        return JSONResponse(
+            {
+                "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": model.name,
+                "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+                ],
+                "usage": usage,
+            }
+        )
+
+    @app.post("/{name}/v1/images/generations")
+    async def images(name: str, body: dict[str, Any] = Body(...)) -> dict[str, Any]:
+        model = model_or_404(name)
+        text, _, _ = replay_answer(dataset, model, prompt_of(body))
+        return {
+            "created": int(time.time()),
+            "data": [{"revised_prompt": text, "url": f"replay://{model.name}"}],
+        }
+
+    return app

@@ -1,0 +1,116 @@
+"""Replay backends and the replay evaluator: the demo's synthetic dataset served over real HTTP, the
+gateway forwarding to it, and the router learning which model suits which topic."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx2
+import openai
+import pytest
+
+from app.demo_dataset import TOPICS, write_demo_dataset
+from app.main import create_app
+from app.replay_backends import load_dataset, replay_app
+from app.replay_evaluator import run_evaluator
+from app.store.migrate import upgrade
+from tests.conftest import Stack, admin_headers, running
+from tests.served import served
+
+
+@pytest.fixture(scope="module")
+def dataset_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_demo_dataset(tmp_path_factory.mktemp("replay") / "demo", n=200, seed=0)
+
+
+@pytest.fixture
+def fresh_db(tmp_path: Path) -> str:
+    """A fresh catalog: these backends carry the dataset's model names, which are global."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'gw.db'}"
+    upgrade(url)
+    return url
+
+
+def replay_client(directory: Path, model: str) -> openai.AsyncOpenAI:
+    transport = httpx2.ASGITransport(app=replay_app(load_dataset(directory)))
+    return openai.AsyncOpenAI(
+        base_url=f"http://replay/{model}/v1",
+        api_key="unused",
+        http_client=httpx2.AsyncClient(transport=transport),
+    )
+
+
+async def test_replay_backend_answers_with_the_logged_response_and_usage(dataset_dir: Path) -> None:
+    row = json.loads((dataset_dir / "rows.jsonl").read_text().splitlines()[0])
+    llm = replay_client(dataset_dir, "demo-large")
+    answer = await llm.chat.completions.create(
+        model="x", messages=[{"role": "user", "content": row["prompt"]}]
+    )
+    text = row["responses"]["demo-large"]
+    assert answer.model == "demo-large" and answer.choices[0].message.content == text
+    assert answer.usage is not None
+    assert (answer.usage.prompt_tokens, answer.usage.completion_tokens) == (
+        -(-len(row["prompt"]) // 4),
+        -(-len(text) // 4),
+    )
+    # Streaming: the same text in pieces, the usage chunk when asked for.
+    stream = await llm.chat.completions.create(
+        model="x",
+        messages=[{"role": "user", "content": row["prompt"]}],
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = [c async for c in stream]
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == text
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == -(-len(text) // 4)
+    # An unknown prompt gets a placeholder; an unknown model a 404.
+    other = await llm.chat.completions.create(model="x", messages=[{"role": "user", "content": "hello?"}])
+    assert "replay placeholder" in (other.choices[0].message.content or "")
+    with pytest.raises(openai.NotFoundError):
+        await replay_client(dataset_dir, "gpt-9").chat.completions.create(
+            model="x", messages=[{"role": "user", "content": "hi"}]
+        )
+
+
+async def test_the_router_learns_the_demo_topics_through_the_gateway(
+    dataset_dir: Path, fresh_db: str
+) -> None:
+    """LinUCB (alpha 0.5, the demo's router) over the two replay backends, fed the logged rewards by the
+    evaluator. Best per topic: maths -> demo-large (0.9 vs 0.3), writing -> demo-small (0.9 vs 0.6).
+    Uniform random choice earns 0.675 on average; the oracle 0.9."""
+    rows = {r["id"]: r for r in load_dataset(dataset_dir).rows}
+    async with served(replay_app(load_dataset(dataset_dir))) as replay_url:
+        app = create_app(Stack("sqlite", fresh_db, None).settings())
+        async with running(app) as client:
+            for name in ("demo-small", "demo-large"):
+                backend = {"name": name, "base_url": f"{replay_url}/{name}/v1", "usd_per_mtok_in": 1.0}
+                assert (
+                    await client.post("/admin/backends", json=backend, headers=admin_headers())
+                ).status_code == 201
+            assert (
+                await client.post("/admin/tenants", json={"name": "demo"}, headers=admin_headers())
+            ).status_code == 201
+            key = (await client.post("/admin/tenants/demo/keys", json={}, headers=admin_headers())).json()[
+                "key"
+            ]
+            router = {
+                "name": "demo",
+                "policy": "linucb",
+                "hyperparameters": {"alpha": 0.5},
+                "arms": ["demo-small", "demo-large"],
+                "is_default": True,
+            }
+            assert (
+                await client.post("/admin/tenants/demo/routers", json=router, headers=admin_headers())
+            ).status_code == 201
+            printed: list[str] = []
+            summary = await run_evaluator(
+                client, key, load_dataset(dataset_dir), limit=200, block=50, seed=1, echo=printed.append
+            )
+    assert summary.errors == 0 and len(printed) == 4 and sum(summary.models.values()) == 200
+    best = {topic: max(p, key=p.__getitem__) for topic, (p, _) in TOPICS.items()}
+    right = [model == best[rows[row_id]["topic"]] for row_id, model in summary.choices]
+    # Measured (seed 1, hashing embedder): 46 of the first 50 rows and 50 of the last 50 routed to the
+    # better model; a router that had not learned would be near 50%.
+    assert sum(right[-50:]) / 50 >= 0.85, printed
