@@ -12,6 +12,7 @@ without a ``model`` defaults to it.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
@@ -21,7 +22,6 @@ from typing import Any
 
 import anyio
 import httpx
-import numpy as np
 from fastapi import HTTPException, status
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -29,10 +29,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app import gateway
 from app.backend_keys import SecretKeyMissing, decrypt_key, fernet_for
 from app.backends import AttemptRecord, BackendFailure, Target
+from app.cascade import reselect
 from app.context import AppContext
 from app.schemas import FeedbackRequest, RouteRequest, RouteResponse
 from app.store.models import Attempt, Backend, DecisionRow, Router, Tenant
-from routers.base import Context
 
 log = logging.getLogger(__name__)
 
@@ -42,11 +42,23 @@ IMAGE_PATH = "/images/generations"
 
 @dataclass
 class Forwarded:
+    """The answer of a forwarded decision. For a ``set`` decision (an ensemble) ``target``, ``payload``
+    and ``cost`` are the first member that answered's, and ``members`` lists every member's outcome."""
+
     route: RouteResponse
     target: Target
     payload: dict[str, Any]
     cost: float
     attempts: list[AttemptRecord]
+    members: list[Member] | None = None
+
+
+@dataclass
+class Member:
+    backend: str
+    payload: dict[str, Any] | None
+    cost: float | None
+    error: str | None = None
 
 
 @dataclass
@@ -91,21 +103,8 @@ async def next_model(
     router = await session.get(Router, row.router_id) if row is not None else None
     if row is None or router is None:
         return None
-    arms = list(router.arms)
-    context = Context(
-        embedding=np.frombuffer(row.embedding, dtype=np.float32).copy(),
-        arms=request.candidates,
-        costs=await gateway.expected_costs(session, arms, row.prompt_chars),
-        tried=list(tried),
-        rng=gateway.decision_rng(router.seed, decision_id),
-    )
-    runtime = await ctx.states.get(router)
-    try:
-        decision = runtime.policy.select(context)
-    except Exception:  # a policy that cannot re-select must not turn a 502 into a 500
-        log.exception("re-selecting after %s failed for decision %s", tried, decision_id)
-        return None
-    arm = decision.arm
+    decision = await reselect(ctx, session, row, router, tried, request.candidates)
+    arm = decision.arm if decision is not None else None
     return arm if arm is not None and arm not in tried else None
 
 
@@ -202,15 +201,82 @@ async def forward_json(
     route = await gateway.route(ctx, session, tenant, request)
     attempts: list[AttemptRecord] = []
     path = path_for(body)
+    if route.mode == "set" and len(route.models) > 1:
+        return await _forward_set(ctx, session, tenant, request, route, body, path)
     target, payload = await _call(ctx, session, request, route, body, path, attempts, stream=False)
     assert isinstance(payload, dict)
+    cost = call_cost(target, request, payload, path)
+    await settle(ctx, session, tenant, route.decision_id, target, attempts, cost)
+    return Forwarded(route, target, payload, cost, attempts)
+
+
+def call_cost(target: Target, request: RouteRequest, payload: dict[str, Any], path: str) -> float:
     if path == IMAGE_PATH:
         tin, tout = usage_tokens(payload.get("usage"), 0, 0)
     else:
         tin, tout = usage_tokens(payload.get("usage"), len(request.text()), answer_chars(payload))
-    cost = target.cost(tin, tout)
-    await settle(ctx, session, tenant, route.decision_id, target, attempts, cost)
-    return Forwarded(route, target, payload, cost, attempts)
+    return target.cost(tin, tout)
+
+
+async def _forward_set(
+    ctx: AppContext,
+    session: AsyncSession,
+    tenant: Tenant,
+    request: RouteRequest,
+    route: RouteResponse,
+    body: dict[str, Any],
+    path: str,
+) -> Forwarded:
+    """An ensemble: call every model of the decision in parallel (each with its own retries, no
+    fallback), record each answer's cost, answer with all of them; 502/504 only if none answered."""
+    attempts: list[AttemptRecord] = []
+    targets: list[Target] = []
+    failures: list[BackendFailure] = []
+    for model in route.models:  # one session: load sequentially, then call concurrently
+        try:
+            targets.append(await load_target(ctx, session, model, path, attempts))
+        except BackendFailure as exc:
+            failures.append(exc)
+    per_member: list[list[AttemptRecord]] = [[] for _ in targets]
+    results = await asyncio.gather(
+        *(ctx.backends.call_json(t, path, body, a) for t, a in zip(targets, per_member, strict=True)),
+        return_exceptions=True,
+    )
+    members = [Member(f.backend, None, None, str(f)) for f in failures]
+    answered: list[tuple[Target, dict[str, Any], float]] = []
+    for target, own, result in zip(targets, per_member, results, strict=True):
+        attempts.extend(own)
+        if isinstance(result, BackendFailure):
+            failures.append(result)
+            members.append(Member(target.name, None, None, str(result)))
+        elif isinstance(result, BaseException):
+            raise result
+        else:
+            cost = call_cost(target, request, result, path)
+            answered.append((target, result, cost))
+            members.append(Member(target.name, result, cost))
+    for number, attempt in enumerate(attempts, start=1):
+        attempt.number = number
+    if not answered:
+        await save_attempts(session, route.decision_id, attempts)
+        code = 504 if all(f.status_code == 504 for f in failures) else 502
+        detail = "; ".join(str(f) for f in failures) + f" (decision {route.decision_id})"
+        raise HTTPException(code, detail, headers={"x-banditgate-decision-id": route.decision_id})
+    first, payload, cost = answered[0]
+    row = await session.get(DecisionRow, route.decision_id)
+    if row is not None:
+        row.info = {
+            **(row.info or {}),
+            "answered_by": first.name,
+            "ensemble": [t.name for t, _, _ in answered],
+        }
+    await save_attempts(session, route.decision_id, attempts)
+    costs = [
+        FeedbackRequest(decision_id=route.decision_id, model=t.name, kind="cost", cost=c)
+        for t, _, c in answered
+    ]
+    await gateway.record_feedback(ctx, session, tenant, costs)
+    return Forwarded(route, first, payload, cost, attempts, members)
 
 
 def _rewrite(line: str, target: Target, drop_usage_chunks: bool, seen: dict[str, Any]) -> str | None:

@@ -106,7 +106,7 @@ async def route(
             models=list(decision.arms),
             query=list(decision.query),
             scores=scores,
-            info=info,
+            info={**info, "adaptive": True} if decision.adaptive else info,  # read by /route/{id}/next
             embedding=np.asarray(embedding, np.float32).tobytes(),
             prompt_hash=digest,
             prompt_chars=len(text),

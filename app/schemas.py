@@ -274,8 +274,33 @@ class AttemptOut(BaseModel):
     error: str | None = None
 
 
+class EnsembleMemberOut(BaseModel):
+    backend: str
+    response: dict[str, Any] | None
+    cost: float | None
+    error: str | None = None
+
+
 class ForwardedRouteResponse(RouteResponse):
     backend: str = Field(description="the backend that answered (the policy's next choice after a failure)")
     response: dict[str, Any] = Field(description="the backend's answer, as it sent it")
     cost: float = Field(description="USD of the call, from the backend's reported usage and its prices")
     attempts: list[AttemptOut]
+    ensemble: list[EnsembleMemberOut] | None = Field(
+        None, description="set decisions: every member's answer (or error) and cost; null otherwise"
+    )
+
+
+class CascadeNextRequest(Strict):
+    model: str | None = Field(None, description="the step that failed; defaults to the last model offered")
+    reward: float | None = Field(None, allow_inf_nan=False, description="the failed step's reward")
+    cost: float | None = Field(None, ge=0, allow_inf_nan=False, description="USD the failed step cost")
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class CascadeNextResponse(BaseModel):
+    decision_id: str
+    model: str | None = Field(description="the next model to call; null = stop")
+    stop: bool = Field(description="true when no model is left (or the policy declines to go on)")
+    tried: list[str] = Field(description="models already called for this decision, in order")
+    scores: dict[str, dict[str, float | None]] = Field(default_factory=dict)

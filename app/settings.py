@@ -49,7 +49,8 @@ class Settings(BaseSettings):
     )
     forward_max_connections: int = Field(200, gt=0, description="pooled upstream connections, all backends")
     replay_dataset: str | None = Field(
-        None, description="a replay dataset directory served as backends under /replay (banditgate demo sets it)"
+        None,
+        description="a replay dataset directory served as backends under /replay (banditgate demo sets it)",
     )
 
     @field_validator("database_url")

@@ -68,8 +68,31 @@ async def chat_completions(body: OpenAIBody, ctx: Ctx, session: Session, tenant:
             headers=_headers(stream.route.decision_id, stream.target.name),
         )
     done = await forwarding.forward_json(ctx, session, tenant, request, body)
-    payload = {**done.payload, "model": done.target.name}
-    return JSONResponse(payload, headers=_headers(done.route.decision_id, done.target.name, done.cost))
+    return answer(done, "choices")
+
+
+def answer(done: forwarding.Forwarded, items: str) -> JSONResponse:
+    """The backend's answer with ``model`` set to it. An ensemble (a ``set`` decision) answers with every
+    member's ``items`` (chat ``choices`` or image ``data``) in one list, each tagged with its ``model``;
+    ``model`` and ``x-banditgate-model`` list the members that answered, the cost is their sum."""
+    if done.members is None:
+        payload = {**done.payload, "model": done.target.name}
+        return JSONResponse(payload, headers=_headers(done.route.decision_id, done.target.name, done.cost))
+    merged: list[Any] = []
+    names: list[str] = []
+    for member in done.members:
+        if member.payload is None:
+            continue
+        names.append(member.backend)
+        for item in member.payload.get(items) or []:
+            tagged = {**item, "model": member.backend} if isinstance(item, dict) else item
+            if items == "choices" and isinstance(tagged, dict):
+                tagged["index"] = len(merged)
+            merged.append(tagged)
+    model = ",".join(names)
+    cost = sum(m.cost or 0.0 for m in done.members)
+    payload = {**done.payload, items: merged, "model": model}
+    return JSONResponse(payload, headers=_headers(done.route.decision_id, model, cost))
 
 
 @router.post("/images/generations", response_model=None)
@@ -79,5 +102,4 @@ async def image_generations(body: OpenAIBody, ctx: Ctx, session: Session, tenant
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, "'prompt' must be a string")
     request = route_request(body, prompt=body["prompt"])
     done = await forwarding.forward_json(ctx, session, tenant, request, body)
-    payload = {**done.payload, "model": done.target.name}
-    return JSONResponse(payload, headers=_headers(done.route.decision_id, done.target.name, done.cost))
+    return answer(done, "data")

@@ -6,9 +6,17 @@ from dataclasses import asdict
 
 from fastapi import APIRouter, HTTPException, status
 
-from app import forwarding, gateway
+from app import cascade, forwarding, gateway
 from app.deps import Ctx, CurrentTenant, Session
-from app.schemas import AttemptOut, ForwardedRouteResponse, RouteRequest, RouteResponse
+from app.schemas import (
+    AttemptOut,
+    CascadeNextRequest,
+    CascadeNextResponse,
+    EnsembleMemberOut,
+    ForwardedRouteResponse,
+    RouteRequest,
+    RouteResponse,
+)
 
 router = APIRouter(tags=["routing"])
 
@@ -36,4 +44,19 @@ async def route(
         response=done.payload,
         cost=done.cost,
         attempts=[AttemptOut(**asdict(a)) for a in done.attempts],
+        ensemble=None
+        if done.members is None
+        else [
+            EnsembleMemberOut(backend=m.backend, response=m.payload, cost=m.cost, error=m.error)
+            for m in done.members
+        ],
     )
+
+
+@router.post("/route/{decision_id}/next", response_model=CascadeNextResponse)
+async def next_step(
+    decision_id: str, body: CascadeNextRequest, ctx: Ctx, session: Session, tenant: CurrentTenant
+) -> CascadeNextResponse:
+    """Client-driven cascade: report the step that did not satisfy (its reward/cost are recorded as a
+    ``cascade-step`` event) and get the next model to call, or ``stop``."""
+    return await cascade.next_step(ctx, session, tenant, decision_id, body)

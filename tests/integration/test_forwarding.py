@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from typing import ClassVar
 
 import httpx
 import httpx2
@@ -16,6 +17,9 @@ from sqlalchemy import select
 from app.backend_keys import decrypt_key, fernet_for
 from app.main import create_app
 from app.store.models import Attempt, Backend, FeedbackEvent
+from routers.base import Context, Decision, candidate_arms
+from routers.linear import LinUCB
+from routers.registry import POLICIES
 from tests.conftest import Stack, admin_headers, bearer, running, unique
 from tests.fake_backend import USAGE, FakeBackends
 from tests.served import served
@@ -57,8 +61,10 @@ async def add_backend(client: httpx.AsyncClient, fake: FakeBackends, behaviour: 
     return name
 
 
-async def add_tenant(client: httpx.AsyncClient, arms: list[str], router: str = "main") -> str:
-    """A tenant whose default router is LinUCB with alpha 0 (greedy) over ``arms``; returns its key."""
+async def add_tenant(
+    client: httpx.AsyncClient, arms: list[str], router: str = "main", policy: str = "linucb"
+) -> str:
+    """A tenant whose default router is ``policy`` (LinUCB: alpha 0, greedy) over ``arms``; returns its key."""
     tenant = unique("t")
     assert (
         await client.post("/admin/tenants", json={"name": tenant}, headers=admin_headers())
@@ -66,7 +72,7 @@ async def add_tenant(client: httpx.AsyncClient, arms: list[str], router: str = "
     key = (await client.post(f"/admin/tenants/{tenant}/keys", json={}, headers=admin_headers())).json()["key"]
     body = {
         "name": router,
-        "policy": "linucb",
+        "policy": policy,
         "hyperparameters": {"alpha": 0.0},
         "arms": arms,
         "is_default": True,
@@ -336,3 +342,119 @@ async def test_a_client_that_disconnects_cancels_the_upstream_call(
                 break
             await asyncio.sleep(0.1)
         assert await attempts_of(app, decision_id) == [(slow, "ok", 200), (slow, "cancelled", None)]
+
+
+# --- client-driven cascades and ensembles --------------------------------------------------------------
+
+
+class FixedCascade(LinUCB):
+    """Test policy: every arm not yet tried, as a fixed (non-adaptive) cascade in the arms' order."""
+
+    name: ClassVar[str] = "test-fixed-cascade"
+
+    def select(self, context: Context) -> Decision:
+        return Decision(arms=candidate_arms(self.arms, context), mode="cascade")
+
+
+class Everyone(LinUCB):
+    """Test policy: every arm, as a set (an ensemble)."""
+
+    name: ClassVar[str] = "test-everyone"
+
+    def select(self, context: Context) -> Decision:
+        return Decision(arms=candidate_arms(self.arms, context), mode="set")
+
+
+async def test_next_step_of_a_single_decision_reasks_the_policy(
+    sqlite_stack: Stack, fake: FakeBackends
+) -> None:
+    app = gateway_app(sqlite_stack)
+    async with running(app) as client:
+        first, second = await add_backend(client, fake, "ok"), await add_backend(client, fake, "ok")
+        key = await add_tenant(client, [first, second])
+        await prefer(client, key, first)
+        decision = (await client.post("/route", json={"prompt": PROMPT}, headers=bearer(key))).json()
+        assert decision["model"] == first
+        decision_id = decision["decision_id"]
+        step = await client.post(f"/route/{decision_id}/next", json={"reward": 0.1}, headers=bearer(key))
+        assert step.status_code == 200, step.text
+        assert (
+            step.json()["model"] == second
+            and step.json()["stop"] is False
+            and step.json()["tried"] == [first]
+        )
+        assert second in step.json()["scores"]
+        # The next report names no model: it is about `second`, the model just offered. Nothing is left.
+        done = (
+            await client.post(f"/route/{decision_id}/next", json={"reward": 0.2}, headers=bearer(key))
+        ).json()
+        assert done == {
+            "decision_id": decision_id,
+            "model": None,
+            "stop": True,
+            "tried": [first, second],
+            "scores": {},
+        }
+        events = await events_of(app, decision_id)
+        assert [(e.model, e.kind, e.reward) for e in events] == [
+            (first, "cascade-step", 0.1),
+            (second, "cascade-step", 0.2),
+        ]
+        # Errors: a reward outside the range, a decision that does not exist.
+        bad = await client.post(f"/route/{decision_id}/next", json={"reward": 7.0}, headers=bearer(key))
+        assert bad.status_code == 422 and "outside the router's reward range" in bad.text
+        missing = await client.post("/route/" + "0" * 32 + "/next", json={}, headers=bearer(key))
+        assert missing.status_code == 404
+
+
+async def test_next_step_of_a_fixed_cascade_follows_its_order(
+    sqlite_stack: Stack, fake: FakeBackends, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(POLICIES, "test-fixed-cascade", FixedCascade)
+    app = gateway_app(sqlite_stack)
+    async with running(app) as client:
+        arms = [await add_backend(client, fake, "ok") for _ in range(3)]
+        key = await add_tenant(client, arms, policy="test-fixed-cascade")
+        decision = (await client.post("/route", json={"prompt": PROMPT}, headers=bearer(key))).json()
+        assert decision["mode"] == "cascade" and decision["models"] == arms
+        url = f"/route/{decision['decision_id']}/next"
+        offered = [(await client.post(url, json={}, headers=bearer(key))).json()["model"] for _ in range(3)]
+        assert offered == [arms[1], arms[2], None]
+
+
+async def test_a_set_decision_is_an_ensemble(
+    sqlite_stack: Stack, fake: FakeBackends, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(POLICIES, "test-everyone", Everyone)
+    app = gateway_app(sqlite_stack)
+    async with running(app) as client:
+        good = await add_backend(client, fake, "ok")
+        plain = await add_backend(client, fake, "nousage")
+        broken = await add_backend(client, fake, "status-500")
+        key = await add_tenant(client, [good, plain, broken], policy="test-everyone")
+        llm = openai_client(app, key)
+        raw = await llm.chat.completions.with_raw_response.create(
+            model="router", messages=[{"role": "user", "content": PROMPT}]
+        )
+        completion = raw.parse()
+        assert completion.model == f"{good},{plain}"
+        contents = [c.message.content for c in completion.choices]
+        assert contents == ["answer from ok", "answer from nousage"] and [
+            c.index for c in completion.choices
+        ] == [0, 1]
+        # Costs: usage for `ok`; characters / 4 for `nousage` (prompt 33 chars -> 9 tokens, answer 19 -> 5).
+        plain_cost = 9 * PRICE_IN / 1e6 + 5 * PRICE_OUT / 1e6
+        assert float(raw.headers["x-banditgate-cost-usd"]) == pytest.approx(USAGE_COST + plain_cost)
+        decision_id = raw.headers["x-banditgate-decision-id"]
+        events = await events_of(app, decision_id)
+        assert sorted((e.model, e.kind) for e in events) == sorted([(good, "cost"), (plain, "cost")])
+        outcomes = sorted((m, o) for m, o, _ in await attempts_of(app, decision_id))
+        assert outcomes == sorted(
+            [(good, "ok"), (plain, "ok"), (broken, "http_error"), (broken, "http_error")]
+        )
+
+        body = {"forward": True, "request": {"messages": [{"role": "user", "content": PROMPT}]}}
+        routed = (await client.post("/route", json=body, headers=bearer(key))).json()
+        members = {m["backend"]: m for m in routed["ensemble"]}
+        assert routed["backend"] == good and set(members) == {good, plain, broken}
+        assert members[broken]["response"] is None and "answered 500" in members[broken]["error"]

@@ -1,0 +1,99 @@
+"""Client-driven cascades: ``POST /route/{decision_id}/next``, and re-asking a policy for its next choice.
+
+A client that called a decision's model and judged the answer not good enough reports that step (a
+``cascade-step`` feedback event, when it carries a reward or a cost) and asks what to call next:
+
+- a fixed cascade (several ``models``, not ``adaptive``) continues with its next model not yet tried;
+- otherwise (single decisions, adaptive cascades) the policy is asked again with the decision's stored
+  embedding, its per-decision generator and ``Context(tried=[...])`` (``reselect``), as the forwarding
+  fallback does.
+
+The answer is the next model, or ``stop`` when nothing is left or the policy declines. The models offered
+so far are kept in the decision's ``info.offered`` so a step that names no model means the last one.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+from fastapi import HTTPException, status
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app import gateway
+from app.context import AppContext
+from app.jsonable import jsonable
+from app.schemas import CascadeNextRequest, CascadeNextResponse, FeedbackRequest
+from app.store.models import DecisionRow, Router, Tenant
+from routers.base import Context, Decision
+
+log = logging.getLogger(__name__)
+
+
+async def reselect(
+    ctx: AppContext,
+    session: AsyncSession,
+    row: DecisionRow,
+    router: Router,
+    tried: list[str],
+    candidates: list[str] | None = None,
+) -> Decision | None:
+    """The policy's decision for the same prompt with ``tried`` excluded; None if the policy raises."""
+    context = Context(
+        embedding=np.frombuffer(row.embedding, dtype=np.float32).copy(),
+        arms=candidates,
+        costs=await gateway.expected_costs(session, list(router.arms), row.prompt_chars),
+        tried=list(tried),
+        rng=gateway.decision_rng(router.seed, row.id),
+    )
+    runtime = await ctx.states.get(router)
+    try:
+        return runtime.policy.select(context)
+    except Exception:  # a policy that cannot re-select must not turn a clean answer into a 500
+        log.exception("re-selecting after %s failed for decision %s", tried, row.id)
+        return None
+
+
+async def next_step(
+    ctx: AppContext, session: AsyncSession, tenant: Tenant, decision_id: str, body: CascadeNextRequest
+) -> CascadeNextResponse:
+    row = await session.scalar(
+        select(DecisionRow).where(DecisionRow.id == decision_id, DecisionRow.tenant_id == tenant.id)
+    )
+    if row is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"decision {decision_id!r} not found")
+    info = dict(row.info or {})
+    offered = [str(m) for m in info.get("offered") or row.models[:1]]
+    failed = body.model or (offered[-1] if offered else None)
+    if failed is None:
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT, "the decision called no model; name the step's model"
+        )
+    if body.reward is not None or body.cost is not None:
+        step = FeedbackRequest(
+            decision_id=decision_id,
+            model=failed,
+            kind="cascade-step",
+            reward=body.reward,
+            cost=body.cost,
+            metadata=body.metadata,
+        )
+        await gateway.record_feedback(ctx, session, tenant, [step])
+    tried = [*offered, failed] if failed not in offered else offered
+    scores: dict[str, dict[str, float | None]] = {}
+    untried = [m for m in row.models if m not in tried]
+    model: str | None
+    if untried and not info.get("adaptive"):
+        model = untried[0]
+    else:
+        router = await session.get(Router, row.router_id)
+        decision = await reselect(ctx, session, row, router, tried) if router is not None else None
+        model = decision.arm if decision is not None and decision.arm not in tried else None
+        scores = jsonable(decision.scores) if decision is not None else {}
+    row = await session.get(DecisionRow, decision_id) or row  # record_feedback committed: reload
+    row.info = {**info, "offered": [*tried, model] if model is not None else tried}
+    await session.commit()
+    return CascadeNextResponse(
+        decision_id=decision_id, model=model, stop=model is None, tried=tried, scores=scores
+    )
