@@ -1,0 +1,93 @@
+"""BackendClient on its own against the local fake backend server; backend key encryption; cost arithmetic."""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Iterator
+
+import pytest
+from cryptography.fernet import Fernet
+from pydantic import SecretStr
+
+from app.backend_keys import SecretKeyMissing, decrypt_key, encrypt_key, fernet_for
+from app.backends import AttemptRecord, BackendClient, BackendFailure, Target
+from app.forwarding import usage_tokens
+from app.settings import Settings
+from tests.fake_backend import FakeBackends
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeBackends]:
+    server = FakeBackends().start()
+    yield server
+    server.stop()
+
+
+def target(fake: FakeBackends, behaviour: str, timeout_s: float = 1.0) -> Target:
+    return Target(behaviour, "chat", fake.url(behaviour), "up-model", "sk-1", timeout_s, 2.0, 8.0, 0.5)
+
+
+async def test_retries_back_off_with_jitter_and_stop_on_client_errors(fake: FakeBackends) -> None:
+    client = BackendClient(Settings(forward_max_retries=2, forward_backoff_s=0.1))
+    try:
+        attempts: list[AttemptRecord] = []
+        start = time.perf_counter()
+        with pytest.raises(BackendFailure) as failed:
+            await client.call_json(
+                target(fake, "status-503"), "/chat/completions", {"messages": []}, attempts
+            )
+        elapsed = time.perf_counter() - start
+        # 3 tries; the waits are 0.1 * U(0.5, 1.5) and 0.2 * U(0.5, 1.5): at least 0.15 s, at most 0.45 s.
+        assert fake.counts["status-503"] == 3 and [a.http_status for a in attempts] == [503, 503, 503]
+        assert 0.15 <= elapsed < 0.45 + 1.0
+        assert failed.value.status_code == 502 and "answered 503" in str(failed.value)
+
+        attempts = []
+        with pytest.raises(BackendFailure) as refused:
+            await client.call_json(
+                target(fake, "status-401"), "/chat/completions", {"messages": []}, attempts
+            )
+        assert fake.counts["status-401"] == 1 and not refused.value.retryable
+
+        attempts = []
+        with pytest.raises(BackendFailure) as slow:
+            await client.call_json(target(fake, "hang", 0.2), "/chat/completions", {"messages": []}, attempts)
+        assert slow.value.status_code == 504 and [a.outcome for a in attempts] == ["timeout"] * 3
+
+        attempts = []
+        answer = await client.call_json(
+            target(fake, "ok"), "/chat/completions", {"model": "x", "n": 1}, attempts
+        )
+        seen = fake.seen("ok")[-1]
+        assert answer["choices"][0]["message"]["content"] == "answer from ok"
+        assert seen.body == {"model": "up-model", "n": 1} and seen.headers["authorization"] == "Bearer sk-1"
+        assert [(a.outcome, a.http_status) for a in attempts] == [("ok", 200)]
+    finally:
+        await client.aclose()
+
+
+def test_cost_and_usage_tokens() -> None:
+    t = Target("m", "chat", "http://x", "m", None, 1.0, 2.0, 8.0, 0.5)
+    assert t.cost(1_000_000, 500_000) == pytest.approx(2.0 + 4.0 + 0.5)
+    assert usage_tokens({"prompt_tokens": 7, "completion_tokens": 3}, 999, 999) == (7, 3)
+    assert usage_tokens({"input_tokens": 5, "output_tokens": 0}, 999, 999) == (5, 0)
+    assert usage_tokens(None, 9, 8) == (3, 2)  # ceil(chars / 4)
+    assert usage_tokens({"prompt_tokens": "7"}, 4, 0) == (1, 0)
+
+
+def test_backend_keys_are_encrypted_and_need_the_same_secret() -> None:
+    passphrase = fernet_for(SecretStr("correct horse battery staple"))
+    token = encrypt_key(passphrase, "sk-live-123")
+    assert "sk-live" not in token and decrypt_key(passphrase, token) == "sk-live-123"
+    assert decrypt_key(passphrase, None) is None
+    with pytest.raises(SecretKeyMissing):
+        decrypt_key(fernet_for(SecretStr("another secret")), token)
+    with pytest.raises(SecretKeyMissing):
+        decrypt_key(None, token)
+    with pytest.raises(SecretKeyMissing):
+        encrypt_key(fernet_for(None), "sk-live-123")
+    # A Fernet key given as the secret is used as is: tokens made with it directly decrypt.
+    key = Fernet.generate_key()
+    assert len(base64.urlsafe_b64decode(key)) == 32
+    assert decrypt_key(fernet_for(SecretStr(key.decode())), Fernet(key).encrypt(b"sk-9").decode()) == "sk-9"
