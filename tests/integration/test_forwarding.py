@@ -166,6 +166,13 @@ async def test_openai_client_chat_cost_and_feedback(stack: Stack, fake: FakeBack
         assert answer["response"]["choices"][0]["message"]["content"] == "answer from ok"
         assert answer["cost"] == pytest.approx(USAGE_COST + 0.001)
         assert [a["outcome"] for a in answer["attempts"]] == ["ok"]
+        streamed = {
+            "forward": True,
+            "request": {"stream": True, "messages": [{"role": "user", "content": PROMPT}]},
+        }
+        assert (await client.post("/route", json=streamed, headers=bearer(key))).status_code == 422
+        unforwarded = {"prompt": PROMPT, "request": {"messages": []}}
+        assert (await client.post("/route", json=unforwarded, headers=bearer(key))).status_code == 422
 
 
 async def test_streaming_passes_events_through_and_accounts_usage(
