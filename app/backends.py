@@ -3,8 +3,10 @@
 ``BackendClient`` holds one ``httpx.AsyncClient`` for the whole process (opened and closed by the app
 lifespan), so connections to each backend are pooled and reused. One call to a backend is up to
 ``1 + forward_max_retries`` attempts: 429, 5xx, timeouts, broken connections and unparseable answers are
-retried after a jittered exponential backoff ``base * 2^k * U(0.5, 1.5)``; other 4xx answers are not
-(the request itself is wrong, or the backend's key is). Every attempt is appended to the caller's list,
+retried after a jittered exponential backoff ``base * 2^k * U(0.5, 1.5)``, or after the answer's
+``Retry-After`` seconds when that is longer (longer than ``forward_max_retry_after_s``: not retried, so the
+gateway falls back at once); other 4xx answers are not retried (the request itself is wrong, or the
+backend's key is). Every attempt is appended to the caller's list,
 so the gateway can store it and fall back to another backend when this one gives up.
 """
 
@@ -86,12 +88,14 @@ class BackendFailure(Exception):
         message: str,
         retryable: bool = True,
         http_status: int | None = None,
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(f"backend {backend!r} {message}")
         self.backend = backend
         self.outcome = outcome
         self.retryable = retryable
         self.http_status = http_status
+        self.retry_after = retry_after
 
     @property
     def status_code(self) -> int:
@@ -107,6 +111,7 @@ class BackendClient:
     def __init__(self, settings: Settings, transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.max_retries = settings.forward_max_retries
         self.backoff_s = settings.forward_backoff_s
+        self.max_retry_after_s = settings.forward_max_retry_after_s
         limits = httpx.Limits(
             max_connections=settings.forward_max_connections,
             max_keepalive_connections=settings.forward_max_connections,
@@ -128,8 +133,9 @@ class BackendClient:
             timeout=httpx.Timeout(target.timeout_s),
         )
 
-    async def _backoff(self, number: int) -> None:
-        await asyncio.sleep(self.backoff_s * 2**number * random.uniform(0.5, 1.5))
+    async def _backoff(self, number: int, retry_after: float | None) -> None:
+        """Before retry ``number + 1``: the jittered backoff, or the backend's ``Retry-After`` if longer."""
+        await asyncio.sleep(max(self.backoff_s * 2**number * random.uniform(0.5, 1.5), retry_after or 0.0))
 
     async def _attempts(
         self, target: Target, path: str, body: dict[str, Any], attempts: list[AttemptRecord], stream: bool
@@ -139,7 +145,7 @@ class BackendClient:
         failure: BackendFailure | None = None
         for number in range(self.max_retries + 1):
             if number:
-                await self._backoff(number - 1)
+                await self._backoff(number - 1, failure.retry_after if failure is not None else None)
             start = time.perf_counter()
             status: int | None = None
             try:
@@ -167,8 +173,8 @@ class BackendClient:
                 )
             )
             log.warning("attempt %d on %s failed: %s", number + 1, target.name, failure)
-            if not failure.retryable:
-                break
+            if not failure.retryable or (failure.retry_after or 0.0) > self.max_retry_after_s:
+                break  # refused for good, or asked to wait longer than we will: fall back instead
         assert failure is not None
         raise failure
 
@@ -183,7 +189,12 @@ class BackendClient:
             if status >= 400:
                 retryable = status >= 500 or status in RETRYABLE_STATUS
                 raise BackendFailure(
-                    target.name, "http_error", f"answered {status}: {_excerpt(text)}", retryable, status
+                    target.name,
+                    "http_error",
+                    f"answered {status}: {_excerpt(text)}",
+                    retryable,
+                    status,
+                    retry_after_seconds(response.headers.get("retry-after")),
                 )
             raise BackendFailure(
                 target.name, "bad_response", f"answered a non-stream body: {_excerpt(text)}", True, status
@@ -214,6 +225,15 @@ class BackendClient:
         The caller reads ``aiter_lines()`` and must ``aclose()`` the response."""
         response, _ = await self._attempts(target, path, body, attempts, stream=True)
         return response
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """``Retry-After`` in seconds (the delta-seconds form; an HTTP date is ignored)."""
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and seconds >= 0 and seconds == seconds else None
 
 
 def _ms(start: float) -> float:

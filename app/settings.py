@@ -44,6 +44,9 @@ class Settings(BaseSettings):
     forward_backoff_s: float = Field(
         0.2, ge=0, allow_inf_nan=False, description="base of the jittered exponential retry backoff"
     )
+    forward_max_retry_after_s: float = Field(
+        10.0, ge=0, allow_inf_nan=False, description="longest Retry-After honoured; longer = fall back"
+    )
     forward_max_fallbacks: int = Field(
         2, ge=0, le=20, description="other backends tried (policy's next choice) after one fails"
     )

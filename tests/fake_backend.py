@@ -7,7 +7,7 @@ Each backend is a path prefix: ``FakeBackends.url(behaviour)`` is a base URL ``h
 Behaviours: ``ok`` (chat and image answers with usage), ``nousage`` (an answer without usage), ``hang``
 (reads the request, never answers), ``garbage`` (200 with a body that is not JSON), ``close`` (closes the
 connection without a response), ``status-<code>`` (always that status), ``flaky-<n>`` (503 for the
-first n requests, then ``ok``), ``slowstream`` (a stream of 50 chunks 0.1 s apart that notes whether the
+first n requests, then ``ok``), ``retryafter-<s>`` (429 with ``Retry-After: s`` once, then ``ok``), ``slowstream`` (a stream of 50 chunks 0.1 s apart that notes whether the
 client went away before the end), ``breakstream`` (one chunk, then the connection is closed).
 """
 
@@ -102,10 +102,12 @@ class FakeBackends:
             writer.close()
 
     @staticmethod
-    async def _send(writer: asyncio.StreamWriter, status: int, body: bytes, ctype: str) -> None:
+    async def _send(
+        writer: asyncio.StreamWriter, status: int, body: bytes, ctype: str, extra: str = ""
+    ) -> None:
         head = (
             f"HTTP/1.1 {status} X\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
-            "Connection: close\r\n\r\n"
+            f"{extra}Connection: close\r\n\r\n"
         )
         writer.write(head.encode() + body)
         await writer.drain()
@@ -131,6 +133,9 @@ class FakeBackends:
             )
         elif kind == "flaky" and self.counts[behaviour] <= int(arg):
             await self._send(writer, 503, b'{"error": {"message": "busy"}}', "application/json")
+        elif kind == "retryafter" and self.counts[behaviour] == 1:
+            extra = f"Retry-After: {arg}\r\n"
+            await self._send(writer, 429, b'{"error": {"message": "slow down"}}', "application/json", extra)
         elif body.get("stream"):
             await self._stream(behaviour, body, reader, writer)
         elif path.endswith("/images/generations"):

@@ -91,3 +91,21 @@ def test_backend_keys_are_encrypted_and_need_the_same_secret() -> None:
     key = Fernet.generate_key()
     assert len(base64.urlsafe_b64decode(key)) == 32
     assert decrypt_key(fernet_for(SecretStr(key.decode())), Fernet(key).encrypt(b"sk-9").decode()) == "sk-9"
+
+
+async def test_retry_after_is_honoured_up_to_a_limit(fake: FakeBackends) -> None:
+    client = BackendClient(
+        Settings(forward_max_retries=2, forward_backoff_s=0.01, forward_max_retry_after_s=5)
+    )
+    try:
+        attempts: list[AttemptRecord] = []
+        start = time.perf_counter()
+        await client.call_json(target(fake, "retryafter-0.4"), "/chat/completions", {}, attempts)
+        assert time.perf_counter() - start >= 0.4 and [a.http_status for a in attempts] == [429, 200]
+        # Asked to wait longer than forward_max_retry_after_s: no retry, the gateway falls back at once.
+        attempts = []
+        with pytest.raises(BackendFailure) as failed:
+            await client.call_json(target(fake, "retryafter-60"), "/chat/completions", {}, attempts)
+        assert failed.value.retry_after == 60 and fake.counts["retryafter-60"] == 1
+    finally:
+        await client.aclose()
