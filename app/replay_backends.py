@@ -9,7 +9,9 @@ A replay dataset is a directory with ``models.json``
 ``replay_app(dataset)`` serves model ``m`` at ``/<m>/v1/chat/completions`` (streaming too) and
 ``/<m>/v1/images/generations``. The prompt (the messages' text joined by newlines, as the gateway embeds
 it) is looked up in the rows: the answer is the logged response, or a short placeholder naming the row,
-with the logged token counts (characters / 4 when absent) as ``usage``. ``banditgate replay-backends``
+with the logged token counts as ``usage``; absent counts are estimated as the offline benchmark does
+(docs/datasets.md in the bench work): input = prompt characters / 4, output = response characters / 4, or
+the model's ``default_tokens_out`` (256) when no response is logged. Model names may contain ``/``. ``banditgate replay-backends``
 runs it; ``banditgate demo`` mounts it at ``/replay`` over a synthetic dataset (app/demo_dataset.py).
 """
 
@@ -30,6 +32,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from app.schemas import ChatMessage, RouteRequest
 
 CHARS_PER_TOKEN = 4
+DEFAULT_TOKENS_OUT = 256
 STREAM_CHUNKS = 4
 
 
@@ -39,7 +42,7 @@ class ReplayModel:
     usd_per_mtok_in: float = 0.0
     usd_per_mtok_out: float = 0.0
     usd_per_call: float = 0.0
-    default_tokens_out: int | None = None
+    default_tokens_out: int = DEFAULT_TOKENS_OUT
 
 
 @dataclass
@@ -71,7 +74,7 @@ def load_dataset(directory: str | Path) -> ReplayDataset:
             usd_per_mtok_in=float(m.get("usd_per_mtok_in", 0.0)),
             usd_per_mtok_out=float(m.get("usd_per_mtok_out", 0.0)),
             usd_per_call=float(m.get("usd_per_call", 0.0)),
-            default_tokens_out=m.get("default_tokens_out"),
+            default_tokens_out=int(m.get("default_tokens_out", DEFAULT_TOKENS_OUT)),
         )
         for m in meta["models"]
     ]
@@ -99,13 +102,15 @@ def replay_answer(dataset: ReplayDataset, model: ReplayModel, prompt: str) -> tu
     row = dataset.by_prompt.get(prompt)
     if row is None:
         text = f"[{model.name}] no logged answer for this prompt (replay placeholder)"
-        return text, tokens(len(prompt)), tokens(len(text))
+        return text, tokens(len(prompt)), model.default_tokens_out
     logged = (row.get("responses") or {}).get(model.name)
     text = str(logged) if logged is not None else f"[{model.name}] replayed answer to row {row.get('id')}"
-    tin = _per_model(row.get("tokens_in"), model.name) or tokens(len(prompt))
+    tin = _per_model(row.get("tokens_in"), model.name)
     tout = _per_model(row.get("tokens_out"), model.name)
-    if tout is None:
-        tout = model.default_tokens_out if logged is None and model.default_tokens_out else tokens(len(text))
+    if tin is None:
+        tin = tokens(len(prompt))
+    if tout is None:  # as the offline benchmark estimates it (docs/datasets.md)
+        tout = tokens(len(text)) if logged is not None else model.default_tokens_out
     return text, tin, tout
 
 
@@ -156,12 +161,12 @@ def replay_app(dataset: ReplayDataset) -> FastAPI:
             )
         return model
 
-    @app.get("/{name}/v1/models")
+    @app.get("/{name:path}/v1/models")
     async def models(name: str) -> dict[str, Any]:
         model = model_or_404(name)
         return {"object": "list", "data": [{"id": model.name, "object": "model", "owned_by": "replay"}]}
 
-    @app.post("/{name}/v1/chat/completions", response_model=None)
+    @app.post("/{name:path}/v1/chat/completions", response_model=None)
     async def chat(name: str, body: dict[str, Any] = Body(...)) -> Response:
         model = model_or_404(name)
         text, tin, tout = replay_answer(dataset, model, prompt_of(body))
@@ -184,7 +189,7 @@ def replay_app(dataset: ReplayDataset) -> FastAPI:
             }
         )
 
-    @app.post("/{name}/v1/images/generations")
+    @app.post("/{name:path}/v1/images/generations")
     async def images(name: str, body: dict[str, Any] = Body(...)) -> dict[str, Any]:
         model = model_or_404(name)
         text, _, _ = replay_answer(dataset, model, prompt_of(body))

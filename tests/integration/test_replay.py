@@ -67,6 +67,7 @@ async def test_replay_backend_answers_with_the_logged_response_and_usage(dataset
     # An unknown prompt gets a placeholder; an unknown model a 404.
     other = await llm.chat.completions.create(model="x", messages=[{"role": "user", "content": "hello?"}])
     assert "replay placeholder" in (other.choices[0].message.content or "")
+    assert other.usage is not None and other.usage.completion_tokens == 256  # default_tokens_out
     with pytest.raises(openai.NotFoundError):
         await replay_client(dataset_dir, "gpt-9").chat.completions.create(
             model="x", messages=[{"role": "user", "content": "hi"}]
@@ -114,3 +115,16 @@ async def test_the_router_learns_the_demo_topics_through_the_gateway(
     # Measured (seed 1, hashing embedder): 46 of the first 50 rows and 50 of the last 50 routed to the
     # better model; a router that had not learned would be near 50%.
     assert sum(right[-50:]) / 50 >= 0.85, printed
+
+
+async def test_model_names_with_slashes_and_logged_token_counts(tmp_path: Path) -> None:
+    model = "mistralai/Mixtral-8x7B-Instruct-v0.1"
+    (tmp_path / "models.json").write_text(json.dumps({"models": [{"name": model}], "reward_range": [0, 1]}))
+    row = {"id": "r1", "prompt": "2+2?", "rewards": {model: 1.0}, "tokens_in": {model: 11}, "tokens_out": 3}
+    (tmp_path / "rows.jsonl").write_text(json.dumps(row) + "\n")
+    answer = await replay_client(tmp_path, model).chat.completions.create(
+        model="x", messages=[{"role": "user", "content": "2+2?"}]
+    )
+    assert answer.model == model and answer.usage is not None
+    assert (answer.usage.prompt_tokens, answer.usage.completion_tokens) == (11, 3)
+    assert answer.choices[0].message.content == f"[{model}] replayed answer to row r1"
