@@ -131,6 +131,7 @@ async def _call(
         tried.append(model)
         try:
             target = await load_target(ctx, session, model, path, attempts)
+            await session.commit()  # end the read transaction: no pooled connection held during the call
             if stream:
                 return target, await ctx.backends.open_stream(target, path, body, attempts)
             return target, await ctx.backends.call_json(target, path, body, attempts)
@@ -237,6 +238,7 @@ async def _forward_set(
             targets.append(await load_target(ctx, session, model, path, attempts))
         except BackendFailure as exc:
             failures.append(exc)
+    await session.commit()  # end the read transaction: no pooled connection held during the calls
     per_member: list[list[AttemptRecord]] = [[] for _ in targets]
     results = await asyncio.gather(
         *(ctx.backends.call_json(t, path, body, a) for t, a in zip(targets, per_member, strict=True)),

@@ -465,3 +465,19 @@ async def test_a_set_decision_is_an_ensemble(
         members = {m["backend"]: m for m in routed["ensemble"]}
         assert routed["backend"] == good and set(members) == {good, plain, broken}
         assert members[broken]["response"] is None and "answered 500" in members[broken]["error"]
+
+
+async def test_no_database_connection_is_held_during_an_upstream_call(
+    pg_stack: Stack, fake: FakeBackends
+) -> None:
+    app = gateway_app(pg_stack, forward_max_retries=0)
+    async with running(app) as client:
+        slow = await add_backend(client, fake, "hang", timeout_s=1.0)
+        key = await add_tenant(client, [slow])
+        body = {"model": "router", "messages": [{"role": "user", "content": PROMPT}]}
+        call = asyncio.create_task(client.post("/v1/chat/completions", json=body, headers=bearer(key)))
+        while not fake.seen("hang"):
+            await asyncio.sleep(0.02)
+        # The backend has the request and is not answering: the gateway holds no pooled connection.
+        assert app.state.ctx.engine.pool.checkedout() == 0
+        assert (await call).status_code == 504
