@@ -16,6 +16,7 @@ import asyncio
 import json
 import os
 import secrets
+import signal
 import socket
 import subprocess
 import sys
@@ -101,6 +102,7 @@ def main() -> int:
     subprocess.run(
         [sys.executable, "-m", "app.cli", "migrate"], env=env, check=True, stdout=subprocess.DEVNULL
     )
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally below: stop the server
     server = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--port", str(port)], env=env)
     url = f"http://127.0.0.1:{port}"
     try:
