@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from embeddings.registry import load_embedder
 
-BATCH = 128
+BATCH = 256
 
 
 def default_cache_dir() -> Path:
