@@ -75,13 +75,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     draws = env.draw(0)
     draw_s = time.perf_counter() - start
     names = env.models
-    print(f"{args.models} models, {args.prompts} prompts, d={args.dim}, T={args.horizon}; draws {draw_s:.3f} s")
-    for label, policy in (("first-arm (harness only)", FirstArm(names)), ("linucb", build_policy("linucb", names))):
+    print(
+        f"{args.models} models, {args.prompts} prompts, d={args.dim}, T={args.horizon}; draws {draw_s:.3f} s"
+    )
+    for label, policy in (
+        ("first-arm (harness only)", FirstArm(names)),
+        ("linucb", build_policy("linucb", names)),
+    ):
         start = time.perf_counter()
         trace = run_policy(policy, env, draws)
         wall = time.perf_counter() - start
         select_us = float(np.median(trace.select_ns)) / 1e3
-        print(f"{label:26s} {wall / args.horizon * 1e6:8.1f} us/round  select p50 {select_us:8.1f} us  {wall:.2f} s")
+        print(
+            f"{label:26s} {wall / args.horizon * 1e6:8.1f} us/round  select p50 {select_us:8.1f} us  {wall:.2f} s"
+        )
     return 0
 
 

@@ -60,14 +60,18 @@ def replay(
     max_calls: int | None = None,
     progress: bool = True,
     embedder: str = "",
+    output_embeddings: np.ndarray | None = None,
 ) -> ReplayResult:
-    """Run every spec on seeds 0..seeds-1 and the references on the same draws; build the report."""
+    """Run every spec on seeds 0..seeds-1 and the references on the same draws; build the report.
+
+    ``output_embeddings`` (P, K, d), when given, is sent with each call's Observation (output-aware
+    policies such as mixtures)."""
     if horizon < 1 or seeds < 1:
         raise ValueError("horizon and seeds must be >= 1")
     lo, hi = dataset.reward_range
     threshold = (lo + hi) / 2 if success_threshold is None else float(success_threshold)
     schedule = build_schedule(dataset.model_names, events, horizon)
-    env = ReplayEnv(dataset, embeddings, schedule, cost_weight, threshold)
+    env = ReplayEnv(dataset, embeddings, schedule, cost_weight, threshold, output_embeddings)
     check_specs(specs, schedule.initial, cost_weight)
     runs: dict[str, list[Trace]] = {spec.text: [] for spec in specs}
     refs: dict[str, list[Trace]] = {key: [] for key in REFERENCES}
