@@ -87,7 +87,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         wall = time.perf_counter() - start
         select_us = float(np.median(trace.select_ns)) / 1e3
         print(
-            f"{label:26s} {wall / args.horizon * 1e6:8.1f} us/round  select p50 {select_us:8.1f} us  {wall:.2f} s"
+            f"{label:26s} {wall / args.horizon * 1e6:8.1f} us/round  "
+            f"select p50 {select_us:8.1f} us  {wall:.2f} s"
         )
     return 0
 
