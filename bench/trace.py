@@ -28,7 +28,8 @@ class Trace:
 
 
 def fixed_choice_trace(env: ReplayEnv, draws: SeedDraws, choice: np.ndarray) -> Trace:
-    """A trace for a rule that calls model ``choice[t]`` alone in round t (the references)."""
+    """A trace for a rule that calls model ``choice[t]`` alone in round t (the references); a dataset
+    budget applies to it as to the policies."""
     rounds = np.arange(choice.shape[0])
     reward = draws.rewards[rounds, choice]
     utility = env.utility[draws.prompts, choice]
@@ -39,6 +40,7 @@ def fixed_choice_trace(env: ReplayEnv, draws: SeedDraws, choice: np.ndarray) -> 
         calls=np.ones(choice.shape[0], dtype=np.int64),
         success=reward >= env.success_threshold,
         declined=np.zeros(choice.shape[0], dtype=bool),
+        budget=env.dataset.budget,
     )
 
 

@@ -199,3 +199,13 @@ def test_context_carries_each_models_cost_on_this_prompt(monkeypatch, dataset) -
     _, _, policy = _run(monkeypatch, dataset, always(lambda: Decision(arms=["cheap"])))
     assert dict(policy.contexts[0].costs) == {"cheap": 0.001, "mid": 0.01, "pricey": 0.1, "weak": 0.002}
     assert policy.contexts[0].arms is None
+
+
+def test_dataset_budget_applies_to_policies_and_references(tmp_path: Path, monkeypatch) -> None:
+    root = write_dataset(tmp_path / "b", MODELS, ROWS, (0.0, 1.0), "budget", budget=0.004)
+    data = load_dataset(root)
+    register(monkeypatch, "scripted", always(lambda: Decision(arms=["mid"])))
+    report = replay(data, data.contexts, [parse_spec("scripted")], horizon=4, seeds=1, progress=False).report
+    assert report["policies"][0]["violation"] == pytest.approx(0.01 - 0.004)
+    # the oracle calls mid (reward 1, cheaper than pricey): the same spend
+    assert report["reference"]["oracle"]["violation"] == pytest.approx(0.006)
