@@ -164,8 +164,11 @@ def add_subcommand(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "run",
         help="replay policies on a dataset and report reward, cost, regret",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=(
+            "Replay each policy on seeds 0..S-1 (T prompts drawn with replacement, the same draws for every "
+            "policy) against the best single model, the per-prompt oracle and uniform random. "
+            "Definitions and the JSON contract: docs/benchmarks.md."
+        ),
     )
     parser.add_argument("--dataset", required=True, help="directory with models.json and rows.jsonl")
     parser.add_argument(
