@@ -6,15 +6,16 @@ from collections.abc import Mapping
 from typing import Any
 
 COLUMNS = (
-    ("row", "{}"),
-    ("reward", "{}"),
-    ("cost $/round", "{:.6f}"),
-    ("utility", "{:.4f}"),
-    ("regret", "{:.4f}"),
-    ("opr", "{:.3f}"),
-    ("calls", "{:.2f}"),
-    ("queries", "{}"),
-    ("select ms", "{}"),
+    "row",
+    "reward",
+    "cost $/round",
+    "utility",
+    "regret",
+    "opr",
+    "success",
+    "calls",
+    "queries",
+    "select ms",
 )
 
 
@@ -29,6 +30,7 @@ def _cells(label: str, row: Mapping[str, Any]) -> list[str]:
         f"{row['mean_utility']:.4f}",
         f"{row['mean_regret']:.4f}",
         f"{row['opr']:.3f}",
+        f"{row['success_rate']:.3f}",
         f"{row['calls_per_round']:.2f}",
         opt("queries", "{:.1f}"),
         opt("select_ms_p50", "{:.3f}"),
@@ -37,7 +39,7 @@ def _cells(label: str, row: Mapping[str, Any]) -> list[str]:
 
 def format_table(report: Mapping[str, Any]) -> str:
     """Fixed-width table of ``report["reference"]`` then ``report["policies"]``."""
-    lines = [[name for name, _ in COLUMNS]]
+    lines = [list(COLUMNS)]
     for key, row in report["reference"].items():
         lines.append(_cells(f"{key} ({row['name']})", row))
     for row in report["policies"]:
@@ -50,7 +52,7 @@ def format_table(report: Mapping[str, Any]) -> str:
 
 def format_markdown(report: Mapping[str, Any]) -> str:
     """The same table as GitHub markdown (for docs)."""
-    header = [name for name, _ in COLUMNS]
+    header = list(COLUMNS)
     rows = [_cells(f"{key} ({row['name']})", row) for key, row in report["reference"].items()]
     rows += [_cells(f"`{row['spec']}`", row) for row in report["policies"]]
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]

@@ -147,6 +147,8 @@ def run_main(args: argparse.Namespace) -> int:
     print(format_table(report))
     for note, count in sorted(dataset.token_estimates.items()):
         print(f"note: {count} (prompt, model) token counts estimated: {note}")
+    if dataset.notes:
+        print(f"note: {dataset.notes}")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
