@@ -124,9 +124,10 @@ def _play(
     if not decision.arms:
         return RoundResult(env.dataset.reward_range[0], None, False)
     mode = decision.mode
+    queries_follow = any(q not in decision.arms for q in decision.query)
     if mode in ("single", "mixture"):
         arm = decision.arms[0]
-        reward = game.call(arm, "bandit", 0, last=not decision.query, stop_on_success=False)
+        reward = game.call(arm, "bandit", 0, last=not queries_follow, stop_on_success=False)
         result = RoundResult(reward, arm, reward >= threshold)
     elif mode == "cascade" and decision.adaptive:
         best, delivered = -math.inf, decision.arms[0]
@@ -164,7 +165,7 @@ def _play(
         else:
             last = len(decision.arms) - 1
             rewards = [
-                game.call(arm, "bandit", i, last=i == last and not decision.query, stop_on_success=False)
+                game.call(arm, "bandit", i, last=i == last and not queries_follow, stop_on_success=False)
                 for i, arm in enumerate(decision.arms)
             ]
             hits = [r >= threshold for r in rewards]
