@@ -107,3 +107,24 @@ def test_schedule_restricts_the_oracle_and_tells_the_policy(monkeypatch, dataset
     np.testing.assert_allclose(oracle.cost[:10], 0.01)
     np.testing.assert_allclose(result.runs["first"][0].cost[20:], 0.03)
     assert result.runs["first"][0].optimal[:10].all()
+
+
+def test_every_policy_sees_the_same_prompts_and_reward_draws(monkeypatch, dataset) -> None:
+    from tests.unit.bench.scripted_policy import ScriptedPolicy
+
+    register(monkeypatch, "always-a", always(lambda: Decision(arms=["A"])))
+    result = replay(
+        dataset,
+        dataset.contexts,
+        [parse_spec("always-a"), parse_spec("always-a:x=1")],
+        horizon=25,
+        seeds=2,
+        progress=False,
+    )
+    first, second = ScriptedPolicy.instances[-4], ScriptedPolicy.instances[-3]  # seed 0 of each spec
+    assert [p.seed for p in (first, second)] == [0, 0]
+    assert [c.embedding.tolist() for c in first.contexts] == [c.embedding.tolist() for c in second.contexts]
+    for a, b in zip(result.runs["always-a"], result.runs["always-a:x=1"], strict=True):
+        np.testing.assert_array_equal(a.reward, b.reward)
+    seed0, seed1 = result.runs["always-a"]
+    assert not np.array_equal(seed0.reward, seed1.reward)
