@@ -7,9 +7,9 @@ k(x, y) = exp(-||x - y||^2 / (2 sigma^2)):
     q(x) = sigma( k_x^T beta + B(x) ),
     B(x) = alpha_reg^{-1/2} sqrt( k(x,x) - k_x^T (K + alpha_reg I)^{-1} k_x )
 
-(the fit uses the un-bonused logit (K beta)_j; spec 7.12). The gradient is K (sigma(K beta) - R + alpha_reg
-beta). Cost is bounded by ``max_points``: the arm keeps its most recent ``max_points`` observations (a
-sliding window), so a refit is O(iterations * m^2) and (K + alpha_reg I)^{-1} an O(m^3) Cholesky solve with
+(the fit uses the un-bonused logit (K beta)_j; spec 7.12), by damped Newton (``fit_klr``, warm-started).
+Cost is bounded by ``max_points``: the arm keeps its most recent ``max_points`` observations (a sliding
+window), so a refit is a few O(m^3) solves and (K + alpha_reg I)^{-1} an O(m^3) Cholesky factorisation,
 m <= max_points, independent of the history length.
 """
 
@@ -20,8 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from scipy.linalg import cho_factor, cho_solve
-from scipy.optimize import minimize
+from scipy.linalg import cho_factor, cho_solve, solve
 from scipy.special import expit
 
 
@@ -31,11 +30,32 @@ def rbf_kernel(a: np.ndarray, b: np.ndarray, bandwidth: float) -> np.ndarray:
     return np.exp(-np.maximum(sq, 0.0) / (2.0 * bandwidth * bandwidth))
 
 
-def _klr_loss(beta: np.ndarray, k: np.ndarray, r: np.ndarray, reg: float) -> tuple[float, np.ndarray]:
+def _klr_loss(beta: np.ndarray, k: np.ndarray, r: np.ndarray, reg: float) -> float:
     s = k @ beta
-    loss = float(np.sum(np.logaddexp(0.0, s) - r * s) + 0.5 * reg * float(beta @ s))
-    grad = k @ (expit(s) - r + reg * beta)
-    return loss, grad
+    return float(np.sum(np.logaddexp(0.0, s) - r * s) + 0.5 * reg * float(beta @ s))
+
+
+def fit_klr(k: np.ndarray, r: np.ndarray, reg: float, beta0: np.ndarray, tol: float = 1e-8) -> np.ndarray:
+    """Damped Newton for the KLR objective. Gradient K (sigma(K beta) - R + reg beta), Hessian
+    K (W K + reg I) with W = diag(sigma'): the Newton step solves (W K + reg I) step = sigma - R + reg beta,
+    a system that stays non-singular when K is singular (repeated contexts)."""
+    beta = beta0.copy()
+    loss = _klr_loss(beta, k, r, reg)
+    for _ in range(50):
+        mu = expit(k @ beta)
+        rhs = mu - r + reg * beta
+        step = solve((mu * (1.0 - mu))[:, None] * k + reg * np.eye(k.shape[0]), rhs)
+        t = 1.0
+        while True:
+            candidate = beta - t * step
+            new_loss = _klr_loss(candidate, k, r, reg)
+            if new_loss <= loss + 1e-12 or t < 1e-6:
+                break
+            t *= 0.5
+        beta, improvement, loss = candidate, loss - new_loss, new_loss
+        if np.max(np.abs(t * step)) < tol or improvement < 1e-14:
+            break
+    return beta
 
 
 class RBFLogisticArm:
@@ -72,16 +92,7 @@ class RBFLogisticArm:
         self.x = np.vstack([self.x, x[None, :]])[-self.max_points :]
         self.r = np.append(self.r, r)[-self.max_points :]
         start = np.append(self.beta, 0.0)[-self.max_points :]
-        k = rbf_kernel(self.x, self.x, self.bandwidth) + 1e-8 * np.eye(self.x.shape[0])
-        result = minimize(
-            _klr_loss,
-            start,
-            args=(k, self.r, self.reg),
-            jac=True,
-            method="L-BFGS-B",
-            options={"gtol": 1e-6, "maxiter": 200},
-        )
-        self.beta = np.asarray(result.x, dtype=np.float64)
+        self.beta = fit_klr(rbf_kernel(self.x, self.x, self.bandwidth), self.r, self.reg, start)
         self._factor()
 
     def state(self) -> dict[str, Any]:

@@ -7,8 +7,8 @@ context x as q_a(x) = sigma(x^T theta_a) and fits
 
 with the design matrix V_a = gamma I + sum_s x_s x_s^T for the exploration bonus ||x||_{V_a^{-1}}.
 
-Exact refit: ``fit_logistic`` (scipy L-BFGS-B, warm-started, gradient sum (sigma(x^T theta) - r) x + gamma
-theta), O(iterations * n * d). Online update (``LinearLogisticArm.observe``): the previous fit is kept as
+Exact refit: ``fit_logistic`` (scipy Newton-CG with Hessian-vector products, warm-started), O(Newton
+steps * CG steps * n * d). Online update (``LinearLogisticArm.observe``): the previous fit is kept as
 a Gaussian (Laplace) posterior N(theta_0, H_0^{-1}) with H_0 = gamma I + sum_s sigma'(x_s^T theta) x_s x_s^T,
 and one new point (x, r) is folded exactly into
 
@@ -40,10 +40,19 @@ def logistic_loss(theta: np.ndarray, x: np.ndarray, r: np.ndarray, gamma: float)
     return loss, grad
 
 
-def fit_logistic(
-    x: np.ndarray, r: np.ndarray, gamma: float, theta0: np.ndarray | None = None, gtol: float = 1e-9
+def logistic_hessp(
+    theta: np.ndarray, p: np.ndarray, x: np.ndarray, r: np.ndarray, gamma: float
 ) -> np.ndarray:
-    """The exact penalised MLE (score equation sum (r - sigma(x^T theta)) x = gamma theta, Eq. 5)."""
+    """Hessian-vector product (sum_s sigma'(x_s^T theta) x_s x_s^T + gamma I) p, O(n d)."""
+    mu = expit(x @ theta)
+    return x.T @ (mu * (1.0 - mu) * (x @ p)) + gamma * p
+
+
+def fit_logistic(
+    x: np.ndarray, r: np.ndarray, gamma: float, theta0: np.ndarray | None = None, xtol: float = 1e-10
+) -> np.ndarray:
+    """The exact penalised MLE (score equation sum (r - sigma(x^T theta)) x = gamma theta, Eq. 5), by
+    scipy's truncated Newton (Newton-CG with Hessian-vector products), warm-started from ``theta0``."""
     d = x.shape[1]
     start = np.zeros(d) if theta0 is None else np.asarray(theta0, dtype=np.float64)
     if x.shape[0] == 0:
@@ -53,8 +62,9 @@ def fit_logistic(
         start,
         args=(x, r, gamma),
         jac=True,
-        method="L-BFGS-B",
-        options={"gtol": gtol, "ftol": 1e-15, "maxiter": 2000},
+        hessp=logistic_hessp,
+        method="Newton-CG",
+        options={"xtol": xtol, "maxiter": 200},
     )
     return np.asarray(result.x, dtype=np.float64)
 

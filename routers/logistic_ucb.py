@@ -168,6 +168,7 @@ class PromptWise(PolicyBase):
         }
         self._models: dict[str, ArmModel] = {}
         self._pending: list[tuple[str, np.ndarray, float]] = []  # Alg. 2: this step's observations
+        self._exploring: np.ndarray | None = None  # the prompt of the current exploration step
         if dim is not None:
             for arm in self._arms:
                 self._on_add_arm(arm)
@@ -236,6 +237,10 @@ class PromptWise(PolicyBase):
             self._flush()
         calls = len(context.tried)
         stop: dict[str, Any] = {"mode": "cascade", "adaptive": True}
+        exploring, self._exploring = self._exploring, None
+        if calls > 0 and exploring is not None and np.array_equal(exploring, x):
+            # the exploration phase pulls one arm once per step, then moves on
+            return Decision(arms=[], info={"reason": "exploration step done", "calls": calls}, **stop)
         if calls >= call_budget(context, self.max_calls):
             return Decision(arms=[], info={"reason": "max_calls", "calls": calls}, **stop)
         arms = cascade_candidates(self._arms, context, self.allow_repeat)
@@ -243,10 +248,9 @@ class PromptWise(PolicyBase):
             return Decision(arms=[], info={"reason": "no candidate arm", "calls": calls}, **stop)
         rng = self._rng(context)
         unexplored = [a for a in arms if self._models[a].n + self._pending_count(a) < self.tau_exp]
-        if unexplored:
-            if calls > 0:  # the exploration phase pulls one arm once per step, then moves on
-                return Decision(arms=[], info={"reason": "exploration step done", "calls": calls}, **stop)
+        if unexplored and calls == 0:
             chosen = unexplored[int(rng.integers(len(unexplored)))]
+            self._exploring = x.copy()
             return Decision(arms=[chosen], info={"phase": "explore", "calls": calls}, **stop)
         costs = call_costs(arms, context, self.prices)
         scores = {a: self.explain(a, x, float(c)) for a, c in zip(arms, costs, strict=True)}
@@ -286,6 +290,7 @@ class PromptWise(PolicyBase):
             "dim": self.dim,
             "models": {a: m.state() for a, m in self._models.items()},
             "pending": [{"arm": a, "x": x.copy(), "r": r} for a, x, r in self._pending],
+            "exploring": None if self._exploring is None else self._exploring.copy(),
         }
 
     def _load(self, learned: Mapping[str, Any]) -> None:
@@ -300,6 +305,8 @@ class PromptWise(PolicyBase):
             self._models[arm] = model
         for arm in self._arms:
             self._on_add_arm(arm)
+        exploring = learned.get("exploring")
+        self._exploring = None if exploring is None else np.array(exploring, dtype=np.float64)
         self._pending = [
             (p["arm"], np.array(p["x"], dtype=np.float64), float(p["r"])) for p in learned["pending"]
         ]
