@@ -64,18 +64,22 @@ def rows(prompts: int, seed: int) -> list[dict[str, Any]]:
     out = []
     for i in range(prompts):
         tokens_in = int(rng.integers(200, 601))
-        out.append({
-            "id": f"sciq-{i:05d}",
-            "prompt": f"SciQ-like multiple-choice science question #{i}",
-            "rewards": {m: draw_reward(rng, p) for m, p in P_CORRECT.items()},
-            "tokens_in": dict.fromkeys(P_CORRECT, tokens_in),
-            "tokens_out": {m: int(rng.integers(200, 601)) for m in P_CORRECT},
-        })
+        out.append(
+            {
+                "id": f"sciq-{i:05d}",
+                "prompt": f"SciQ-like multiple-choice science question #{i}",
+                "rewards": {m: draw_reward(rng, p) for m, p in P_CORRECT.items()},
+                "tokens_in": dict.fromkeys(P_CORRECT, tokens_in),
+                "tokens_out": {m: int(rng.integers(200, 601)) for m in P_CORRECT},
+            }
+        )
     return out
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--prompts", type=int, default=5000)
     parser.add_argument("--seed", type=int, default=0)
