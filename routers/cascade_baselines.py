@@ -21,8 +21,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from routers.base import Context, Decision, Observation, PolicyBase, argmax_random_tie, require
-from routers.logistic_ucb import call_budget, cascade_candidates
+from routers.base import Context, Decision, Observation, PolicyBase, argmax_random_tie
+from routers.logistic_ucb import call_budget, cascade_candidates, require_cascade_settings
 from routers.prices import call_costs, validate_prices
 
 
@@ -39,12 +39,7 @@ class _CascadeBaseline(PolicyBase):
         allow_repeat: bool = False,
     ) -> None:
         super().__init__(arms, seed)
-        require(
-            np.isfinite(cost_weight) and cost_weight >= 0, f"cost_weight must be >= 0, got {cost_weight!r}"
-        )
-        require(
-            isinstance(max_calls, int) and max_calls >= 1, f"max_calls must be an int >= 1, got {max_calls!r}"
-        )
+        require_cascade_settings(cost_weight, max_calls)
         self.cost_weight = float(cost_weight)
         self.max_calls = max_calls
         self.prices = validate_prices(prices)

@@ -296,6 +296,17 @@ class SetBandit(PolicyBase):
             self._on_add_arm(arm)
 
 
+def require_confidence(alpha_reward: float, delta: float | None, horizon: int) -> None:
+    """Validate the UCB settings shared by C2MAB-V and CUCB."""
+    require(
+        np.isfinite(alpha_reward) and alpha_reward >= 0, f"alpha_reward must be >= 0, got {alpha_reward!r}"
+    )
+    require(isinstance(horizon, int) and horizon >= 1, f"horizon must be an int >= 1, got {horizon!r}")
+    require(
+        delta is None or (np.isfinite(delta) and 0 < delta <= 1), f"delta must be in (0, 1], got {delta!r}"
+    )
+
+
 def confidence_radius(n: np.ndarray, round_: int, num_arms: int, delta: float) -> np.ndarray:
     """sqrt(ln(2 pi^2 K t^3 / (3 delta)) / (2 n)), +inf where n = 0 (Lemma 1)."""
     big_l = math.log(2.0 * math.pi**2 * max(num_arms, 1) * float(round_) ** 3 / (3.0 * delta))
@@ -323,16 +334,8 @@ class C2MABV(SetBandit):
         **kwargs: Any,
     ) -> None:
         super().__init__(arms, seed, **kwargs)
-        require(
-            np.isfinite(alpha_reward) and alpha_reward >= 0,
-            f"alpha_reward must be >= 0, got {alpha_reward!r}",
-        )
+        require_confidence(alpha_reward, delta, horizon)
         require(np.isfinite(alpha_cost) and alpha_cost >= 0, f"alpha_cost must be >= 0, got {alpha_cost!r}")
-        require(isinstance(horizon, int) and horizon >= 1, f"horizon must be an int >= 1, got {horizon!r}")
-        require(
-            delta is None or (np.isfinite(delta) and 0 < delta <= 1),
-            f"delta must be in (0, 1], got {delta!r}",
-        )
         require(
             isinstance(batch_size, int) and batch_size >= 1,
             f"batch_size must be an int >= 1, got {batch_size!r}",

@@ -51,6 +51,14 @@ def cascade_candidates(known: Sequence[str], context: Context, allow_repeat: boo
     return [a for a in known if a in allowed and a not in tried]
 
 
+def require_cascade_settings(cost_weight: float, max_calls: int) -> None:
+    """Validate lambda and tau_max, shared by PromptWise and the cascade baselines."""
+    require(np.isfinite(cost_weight) and cost_weight >= 0, f"cost_weight must be >= 0, got {cost_weight!r}")
+    require(
+        isinstance(max_calls, int) and max_calls >= 1, f"max_calls must be an int >= 1, got {max_calls!r}"
+    )
+
+
 def call_budget(context: Context, default: int) -> int:
     """tau_max: ``Context.constraints["max_calls"]`` when given, else the policy's ``max_calls``."""
     value = context.constraints.get("max_calls", default)
@@ -104,10 +112,7 @@ class PromptWise(PolicyBase):
     ) -> None:
         super().__init__(arms, seed)
         finite = np.isfinite
-        require(finite(cost_weight) and cost_weight >= 0, f"cost_weight must be >= 0, got {cost_weight!r}")
-        require(
-            isinstance(max_calls, int) and max_calls >= 1, f"max_calls must be an int >= 1, got {max_calls!r}"
-        )
+        require_cascade_settings(cost_weight, max_calls)
         require(alpha is None or (finite(alpha) and alpha >= 0), f"alpha must be None or >= 0, got {alpha!r}")
         require(finite(delta) and 0 < delta < 1, f"delta must be in (0, 1), got {delta!r}")
         require(finite(ridge) and ridge > 0, f"ridge must be > 0, got {ridge!r}")

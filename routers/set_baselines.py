@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from routers.base import Context, Observation, require
-from routers.combinatorial import SetBandit, confidence_radius
+from routers.combinatorial import SetBandit, confidence_radius, require_confidence
 
 Choice = tuple[list[int], np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]
 
@@ -46,15 +46,7 @@ class CUCB(SetBandit):
         **kwargs: Any,
     ) -> None:
         super().__init__(arms, seed, **kwargs)
-        require(
-            np.isfinite(alpha_reward) and alpha_reward >= 0,
-            f"alpha_reward must be >= 0, got {alpha_reward!r}",
-        )
-        require(isinstance(horizon, int) and horizon >= 1, f"horizon must be an int >= 1, got {horizon!r}")
-        require(
-            delta is None or (np.isfinite(delta) and 0 < delta <= 1),
-            f"delta must be in (0, 1], got {delta!r}",
-        )
+        require_confidence(alpha_reward, delta, horizon)
         self.alpha_reward = float(alpha_reward)
         self.delta = 1.0 / horizon if delta is None else float(delta)
         self.config.update({"alpha_reward": self.alpha_reward, "delta": delta, "horizon": horizon})
