@@ -3,11 +3,12 @@
 import numpy as np
 import pytest
 
+from bench.synth_promptwise import PRICES
+from bench.table1_cascades import ARMS
 from routers.base import Context, Observation, decode_state, encode_state
 from routers.linear import LinUCB
 from routers.registry import build_policy, restore_policy
 from routers.retry import retrying
-from tests.unit.routers.cascade_sim import ARMS, PRICES
 
 CASCADE = [
     ("promptwise", {"prices": PRICES}),

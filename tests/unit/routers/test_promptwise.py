@@ -3,10 +3,11 @@
 import numpy as np
 import pytest
 
+from bench.synth_promptwise import PRICES
+from bench.table1_cascades import ARMS, EYE, run_cascades
 from routers.base import Context, Observation, PolicyConfigError
 from routers.cascade_baselines import GreedyTillSucceed, HighestCost, LowestCost, RandomTillSucceed
 from routers.logistic_ucb import PromptWise
-from tests.unit.routers.cascade_sim import ARMS, EYE, PRICES, run_cascades
 
 X = EYE[0]
 
@@ -97,14 +98,14 @@ def test_promptwise_beats_random_till_succeed_on_table_1():
     """300 prompts x 3 seeds, lambda = 0.05, tau_max = 5, no repeats. Measured: PromptWise 0.70, RtS 0.66
     (oracle 0.72); required margin 0.02 in mean utility."""
     seeds = (100, 101, 102)
-    pw = np.mean([run_cascades(PromptWise(ARMS, seed=s, prices=PRICES), 300, s) for s in seeds])
-    rts = np.mean([run_cascades(RandomTillSucceed(ARMS, seed=s), 300, s) for s in seeds])
+    pw = np.mean([run_cascades(PromptWise(ARMS, seed=s, prices=PRICES), 300, s)["utility"] for s in seeds])
+    rts = np.mean([run_cascades(RandomTillSucceed(ARMS, seed=s), 300, s)["utility"] for s in seeds])
     assert pw - rts > 0.02
 
 
 def test_rbf_variant_learns_and_bounds_its_window():
     policy = PromptWise(ARMS, seed=1, prices=PRICES, kernel="rbf", max_points=40)
-    utility = run_cascades(policy, 150, 1)
+    utility = run_cascades(policy, 150, 1)["utility"]
     assert utility > 0.6  # Table 1 oracle without repeats: 0.72; random-till-succeed about 0.66
     assert all(m.x.shape[0] <= 40 for m in policy._models.values())
 
