@@ -22,6 +22,7 @@ from bench.synth_c2mabv import P_CORRECT, USD_PER_1K_TOKENS, draw_reward, expect
 from bench.table1_cascades import parse_spec
 from routers.base import Context, Observation, Policy
 from routers.registry import build_policy
+from routers.relaxation import direct_enumerate
 
 ARMS = list(USD_PER_1K_TOKENS)
 MU = {a: expected_reward(P_CORRECT[a]) for a in ARMS}
@@ -44,6 +45,15 @@ def set_reward(model: str, chosen: list[str]) -> float:
     if model == "suc":
         return float(mu.sum())
     return float(np.prod(mu)) if chosen else 0.0
+
+
+def best_set(model: str, budget: float, size: int = 4) -> tuple[list[str], float]:
+    """The best set under the true means and mean normalised costs (C2MAB-V-Direct's enumeration)."""
+    mu = np.array([MU[a] for a in ARMS])
+    costs = np.array([USD_PER_1K_TOKENS[a] for a in ARMS]) / USD_PER_1K_TOKENS["gpt-4"]
+    z, _ = direct_enumerate(model, mu, costs, size, budget)
+    chosen = [ARMS[i] for i in np.flatnonzero(z)]
+    return chosen, set_reward(model, chosen)
 
 
 def run_sets(policy: Policy, model: str, budget: float, rounds: int, seed: int) -> dict[str, float]:
@@ -77,6 +87,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     for model in args.rewards:
         print(f"\nreward model {model}")
+        default_budget = float(getattr(build_policy("c2mab-v", ARMS, 0, {"reward": model}), "budget", 0.0))
+        chosen, value = best_set(model, default_budget)
+        print(f"best feasible set under the true means (rho {default_budget}): {chosen}, reward {value:.4f}")
         print(f"{'policy':28s} {'reward':>7s} {'violation':>10s} {'spend':>6s} {'rho':>5s} {'s/run':>6s}")
         for spec in args.policies:
             name, hyper = parse_spec(spec)
