@@ -79,9 +79,7 @@ def main(argv: list[str] | None = None) -> None:
         f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}",
         f"d={args.dim} arms={len(PRICES)}",
     )
-    print(
-        "step  observations  agree(first call)  max|q_online-q_exact|  exact refit ms (median over arms, cold start)"
-    )
+    print("step  observations  agree(first call)  max|q_online-q_exact|  exact refit ms (median over arms)")
     for step in range(1, args.steps + 1):
         x = draw_context(rng, centres)
         tried: list[str] = []
