@@ -7,7 +7,7 @@ from bench.synth_promptwise import PRICES
 from bench.table1_cascades import ARMS
 from routers.base import Context, Observation, decode_state, encode_state
 from routers.linear import LinUCB
-from routers.registry import build_policy, restore_policy
+from routers.registry import POLICIES, build_policy, restore_policy
 from routers.retry import retrying
 
 CASCADE = [
@@ -69,8 +69,9 @@ def test_round_trip_reproduces_selections(name, hyper):
     )
 
 
-def test_retry_wrapper_cascades_without_repeats_and_round_trips():
+def test_retry_wrapper_cascades_without_repeats_and_round_trips(monkeypatch):
     factory = retrying(LinUCB)
+    monkeypatch.setitem(POLICIES, "linucb", factory)  # how pak-ucb is to be wired: retrying(PAKUCB)
     plain = factory(arms=ARMS, seed=0)
     assert isinstance(plain, LinUCB)
     policy = factory(arms=ARMS, seed=0, retry=True, max_calls=2)
@@ -82,6 +83,7 @@ def test_retry_wrapper_cascades_without_repeats_and_round_trips():
     assert second.arms and second.arms[0] != first.arms[0]
     assert policy.select(Context(embedding=x, tried=(first.arms[0], second.arms[0]))).arms == []
     state = decode_state(encode_state(policy.state_dict()))
-    restored = factory.from_state(state)
+    restored = restore_policy(state)
+    assert isinstance(restore_policy(decode_state(encode_state(plain.state_dict()))), LinUCB)
     xs = _contexts(6, 3)
     assert _drive(restored, xs, np.random.default_rng(1)) == _drive(policy, xs, np.random.default_rng(1))
