@@ -12,9 +12,20 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from redis.asyncio import Redis
 
-from app.api import admin_backends, admin_routers, admin_tenants, feedback, health, route
+from app.api import (
+    admin_backends,
+    admin_logs,
+    admin_routers,
+    admin_stats,
+    admin_tenants,
+    feedback,
+    health,
+    metrics,
+    route,
+)
 from app.bus import EventBus, InProcessBus, RedisStreamBus
 from app.context import AppContext
+from app.dashboard import mount_dashboard
 from app.embedding import EmbeddingCache, EmbeddingService, LruEmbeddingCache, RedisEmbeddingCache
 from app.jsonable import jsonable
 from app.settings import Settings
@@ -78,6 +89,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     for module in (health, route, feedback, admin_tenants, admin_backends, admin_routers):
         app.include_router(module.router)
+    for module in (admin_stats, admin_logs):
+        app.include_router(module.router)
+    if settings.metrics_enabled:
+        app.include_router(metrics.router)
+        app.add_middleware(metrics.RequestMetrics)
+    mount_dashboard(app)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
