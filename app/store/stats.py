@@ -37,7 +37,8 @@ def epoch_seconds(column: Any, dialect: str) -> ColumnElement[int]:
 
 
 def bucket_of(column: Any, dialect: str, bucket_s: int) -> ColumnElement[int]:
-    width: ColumnElement[int] = literal_column(str(int(bucket_s)))  # an inlined integer: identical in SELECT and GROUP BY
+    # An inlined integer, not a bound parameter: SELECT and GROUP BY must be the same expression.
+    width: ColumnElement[int] = literal_column(str(int(bucket_s)))
     return (epoch_seconds(column, dialect) // width) * width
 
 
