@@ -18,6 +18,7 @@ class ModelBucket(BaseModel):
 class StatsBucket(BaseModel):
     start: datetime
     decisions: int
+    decisions_cumulative: int = Field(description="decisions of this router up to the end of this bucket")
     declined: int = Field(description="decisions that called no model")
     queries: int = Field(description="decisions that asked for other models' rewards (query non-empty)")
     queries_cumulative: int = Field(description="query rounds of this router up to the end of this bucket")
@@ -39,8 +40,12 @@ class RouterStats(BaseModel):
     since: datetime
     until: datetime
     bucket_s: int
-    query_budget: float | None = Field(description="the router's query budget hyperparameter, if any")
-    query_budget_key: str | None = Field(description="which hyperparameter that is")
+    query_budget: int | None = Field(
+        description="query rounds the policy may use in all; null if unbounded or none"
+    )
+    query_budget_ratio: float | None = Field(description="fraction of decisions that may be query rounds")
+    query_budget_key: str | None = Field(description="the hyperparameters the budget comes from")
+    decisions_before: int = Field(description="decisions before `since`")
     queries_before: int = Field(description="query rounds before `since`")
     queries_total: int = Field(description="query rounds up to `until`")
     decisions: int

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from fastapi import APIRouter, Query
 
@@ -11,21 +12,47 @@ from app.admin_views import ModelBucket, RouterStats, StatsBucket
 from app.api.admin_routers import get_router
 from app.api.admin_tenants import get_tenant
 from app.deps import AdminOnly, Ctx, Session
-from app.store.stats import BucketStats, ModelStats, queries_before, router_buckets
+from app.store.models import Router
+from app.store.stats import BucketStats, ModelStats, history_before, router_buckets
 from app.timewindow import bucket_starts, parse_bucket, parse_window
+from routers.base import PolicyConfigError
+from routers.registry import build_policy
 
 router = APIRouter(prefix="/admin/tenants/{tenant}/routers", tags=["admin: stats"], dependencies=[AdminOnly])
 
-# Hyperparameter names under which a policy takes its active-learning query budget.
-QUERY_BUDGET_KEYS = ("query_budget", "budget")
+
+@dataclass(frozen=True)
+class QueryBudget:
+    """An active-learning policy's query budget, as its configuration states it."""
+
+    total: int | None = None  # query rounds allowed in all
+    ratio: float | None = None  # fraction of decisions that may be query rounds
+    source: str | None = None  # the hyperparameters it comes from
 
 
-def query_budget(hyperparameters: dict[str, Any]) -> tuple[float | None, str | None]:
-    for key in QUERY_BUDGET_KEYS:
-        value = hyperparameters.get(key)
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value), key
-    return None, None
+def query_budget(row: Router) -> QueryBudget:
+    """Read from the policy's configuration with defaults filled in (the registry builds it). A policy
+    has a query budget when its configuration has ``max_queries`` (the active-learning family: the
+    total is ``max_queries``, else ``floor(budget * horizon)``, and ``budget`` is the ratio) or
+    ``query_budget`` (a total). A ``budget`` alone is not one: C2MAB-V's is a cost budget per round."""
+    try:
+        config = dict(
+            getattr(build_policy(row.policy, row.arms, row.seed, row.hyperparameters), "config", {})
+        )
+    except PolicyConfigError:
+        config = dict(row.hyperparameters)
+    if isinstance(config.get("query_budget"), int | float):
+        return QueryBudget(total=int(config["query_budget"]), source="query_budget")
+    if "max_queries" not in config:
+        return QueryBudget()
+    ratio = config.get("budget")
+    ratio = float(ratio) if isinstance(ratio, int | float) else None
+    if isinstance(config["max_queries"], int):
+        return QueryBudget(int(config["max_queries"]), ratio, "max_queries")
+    horizon = config.get("horizon")
+    if ratio is not None and isinstance(horizon, int):
+        return QueryBudget(math.floor(ratio * horizon), ratio, "budget * horizon")
+    return QueryBudget(None, ratio, "budget" if ratio is not None else None)
 
 
 def mean(total: float, count: int) -> float | None:
@@ -59,13 +86,14 @@ async def router_stats(
     bucket_s = parse_bucket(bucket)
     starts = bucket_starts(window, bucket_s, ctx.settings.stats_max_buckets)
     found = await router_buckets(session, row.id, window, bucket_s)
-    before = await queries_before(session, row.id, window.since)
-    budget, budget_key = query_budget(row.hyperparameters)
+    decisions_before, before = await history_before(session, row.id, window.since)
+    budget = query_budget(row)
 
     buckets: list[StatsBucket] = []
-    queries, regret_rounds, regret_sum = before, 0, 0.0
+    decisions, queries, regret_rounds, regret_sum = decisions_before, before, 0, 0.0
     for start in starts:
         b = found.get(start, BucketStats(start))
+        decisions += b.decisions
         queries += b.queries
         regret_rounds += b.regret_rounds
         regret_sum += b.regret_sum
@@ -74,6 +102,7 @@ async def router_stats(
             StatsBucket(
                 start=datetime.fromtimestamp(start, UTC),
                 decisions=b.decisions,
+                decisions_cumulative=decisions,
                 declined=b.declined,
                 queries=b.queries,
                 queries_cumulative=queries,
@@ -96,8 +125,10 @@ async def router_stats(
         since=window.since,
         until=window.until,
         bucket_s=bucket_s,
-        query_budget=budget,
-        query_budget_key=budget_key,
+        query_budget=budget.total,
+        query_budget_ratio=budget.ratio,
+        query_budget_key=budget.source,
+        decisions_before=decisions_before,
         queries_before=before,
         queries_total=queries,
         decisions=sum(b.decisions for b in every),

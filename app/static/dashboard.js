@@ -87,7 +87,7 @@ function drawChart(name, x, series, yLabel) {
       width: 2,
       points: { show: x.length < 60 },
       spanGaps: false,
-      dash: label === "budget" ? [6, 4] : undefined,
+      dash: label === "budget" || label.startsWith("allowed") ? [6, 4] : undefined,
     }))],
     axes: [{}, { label: yLabel, size: 60 }],
   };
@@ -111,11 +111,19 @@ function drawStats(stats) {
     "mean per call": stats.buckets.map((b) => b.cost_mean),
   }, "USD");
   const queries = { "query rounds (cumulative)": stats.buckets.map((b) => b.queries_cumulative) };
-  if (stats.query_budget !== null) queries.budget = stats.buckets.map(() => stats.query_budget);
+  if (stats.query_budget !== null) {
+    queries.budget = stats.buckets.map(() => stats.query_budget);
+  } else if (stats.query_budget_ratio !== null) {
+    queries["allowed by the ratio"] = stats.buckets.map((b) => stats.query_budget_ratio * b.decisions_cumulative);
+  }
   drawChart("queries", x, queries, "rounds");
-  $("budget").textContent = stats.query_budget === null
-    ? `${stats.queries_total} query rounds so far; this router's policy has no query budget.`
-    : `${stats.queries_total} of ${stats.query_budget} query rounds used (hyperparameter ${stats.query_budget_key}).`;
+  let budget = `${stats.queries_total} query rounds so far; this router's policy has no query budget.`;
+  if (stats.query_budget !== null) {
+    budget = `${stats.queries_total} of ${stats.query_budget} query rounds used (from ${stats.query_budget_key}).`;
+  } else if (stats.query_budget_ratio !== null) {
+    budget = `${stats.queries_total} query rounds; the policy may query ${fmt(100 * stats.query_budget_ratio)} % of decisions.`;
+  }
+  $("budget").textContent = budget;
   $("summary").innerHTML = [
     ["policy", stats.policy],
     ["decisions", stats.decisions],

@@ -69,18 +69,16 @@ class BucketStats:
         return self.models.setdefault(name, ModelStats())
 
 
-async def queries_before(session: AsyncSession, router_id: int, moment: Any) -> int:
-    """Query rounds of this router before ``moment`` (so the window's count can be shown cumulatively)."""
-    count = await session.scalar(
-        select(func.count())
-        .select_from(DecisionRow)
-        .where(
-            DecisionRow.router_id == router_id,
-            DecisionRow.created_at < moment,
-            func.json_array_length(DecisionRow.query) > 0,
+async def history_before(session: AsyncSession, router_id: int, moment: Any) -> tuple[int, int]:
+    """Decisions and query rounds of this router before ``moment`` (for cumulative counts)."""
+    found = (
+        await session.execute(
+            select(func.count(), func.sum(case((func.json_array_length(DecisionRow.query) > 0, 1), else_=0)))
+            .select_from(DecisionRow)
+            .where(DecisionRow.router_id == router_id, DecisionRow.created_at < moment)
         )
-    )
-    return int(count or 0)
+    ).one()
+    return int(found[0] or 0), int(found[1] or 0)
 
 
 async def router_buckets(

@@ -13,14 +13,9 @@ from fastapi import FastAPI
 
 from app.main import create_app
 from app.store.models import DecisionRow, FeedbackEvent
-from routers.linear import LinUCB
 from routers.registry import POLICIES
 from tests.conftest import Stack, admin_headers, bearer, make_tenancy, running
-
-
-def budgeted_linucb(arms: list[str], seed: int, query_budget: float, **hp: Any) -> LinUCB:
-    """LinUCB that accepts a query budget hyperparameter, as the active-learning policies do."""
-    return LinUCB(arms=arms, seed=seed, **hp)
+from tests.querying_policy import NAME, QueryingLinUCB
 
 
 def at(hour: int, minute: int) -> datetime:
@@ -78,11 +73,12 @@ async def write_history(app: FastAPI, tenant_id: int, router_id: int, a: str, b:
 
 
 async def test_stats_buckets_are_hand_computed(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(POLICIES, "linucb-budgeted", budgeted_linucb)
+    monkeypatch.setitem(POLICIES, NAME, QueryingLinUCB)
     app = create_app(stack.settings())
     async with running(app) as client:
         h = admin_headers()
-        t = await make_tenancy(client, policy="linucb-budgeted", hyperparameters={"query_budget": 10})
+        hp = {"budget": 0.5, "horizon": 20}
+        t = await make_tenancy(client, policy=NAME, hyperparameters=hp)
         a, b = t.arms
         tenant_id = (await client.get(f"/admin/tenants/{t.tenant}", headers=h)).json()["id"]
         router_id = (await client.get(f"/admin/tenants/{t.tenant}/routers/main", headers=h)).json()["id"]
@@ -95,8 +91,11 @@ async def test_stats_buckets_are_hand_computed(stack: Stack, monkeypatch: pytest
         )
         assert response.status_code == 200, response.text
         s = response.json()
-        assert (s["bucket_s"], s["query_budget"], s["query_budget_key"]) == (3600, 10.0, "query_budget")
+        assert (s["bucket_s"], s["query_budget"], s["query_budget_ratio"]) == (3600, 10, 0.5)
+        assert s["query_budget_key"] == "budget * horizon"
         assert (s["queries_before"], s["queries_total"], s["decisions"], s["feedback"]) == (1, 3, 4, 5)
+        assert s["decisions_before"] == 1
+        assert [b["decisions_cumulative"] for b in s["buckets"]] == [4, 4, 5]
         assert s["reward_mean"] == pytest.approx((1.0 + 0.25 + 0.5) / 3)
         assert s["cost_total"] == pytest.approx(0.08) and s["regret_mean"] == pytest.approx(0.25)
         b0, b1, b2 = s["buckets"]
@@ -160,8 +159,34 @@ async def test_stats_follow_live_traffic(stack: Stack) -> None:
             )
         ).json()
         assert (s["decisions"], s["feedback"], s["cost_total"], s["query_budget"]) == (4, 3, 1.5, None)
+        assert (s["query_budget_ratio"], s["query_budget_key"]) == (None, None)
         assert s["reward_mean"] == pytest.approx(2 / 3) and s["regret_mean"] is None
         assert sum(sum(m["decisions"] for m in x["models"].values()) for x in s["buckets"]) == 4
+
+
+@pytest.mark.parametrize(
+    ("hyperparameters", "total", "ratio", "source"),
+    [
+        ({"max_queries": 7}, 7, 0.2, "max_queries"),
+        ({"budget": 0.1, "horizon": 55}, 5, 0.1, "budget * horizon"),
+        ({}, None, 0.2, "budget"),  # the policy's default ratio, no total
+    ],
+)
+async def test_query_budget_from_the_policy_config(
+    monkeypatch: pytest.MonkeyPatch,
+    sqlite_url: str,
+    hyperparameters: dict[str, Any],
+    total: int | None,
+    ratio: float,
+    source: str,
+) -> None:
+    monkeypatch.setitem(POLICIES, NAME, QueryingLinUCB)
+    stack = Stack("sqlite", sqlite_url, None)
+    async with running(create_app(stack.settings())) as client:
+        t = await make_tenancy(client, policy=NAME, hyperparameters=hyperparameters)
+        url = f"/admin/tenants/{t.tenant}/routers/main/stats"
+        s = (await client.get(url, headers=admin_headers())).json()
+        assert (s["query_budget"], s["query_budget_ratio"], s["query_budget_key"]) == (total, ratio, source)
 
 
 @pytest.mark.parametrize(

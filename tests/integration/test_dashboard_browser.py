@@ -27,7 +27,9 @@ from playwright.sync_api import Page, sync_playwright
 from app.store.migrate import upgrade
 from tests.conftest import ADMIN_KEY, admin_headers, bearer
 from tests.integration.test_replicas import free_port
+from tests.querying_policy import NAME
 
+REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--headless",
@@ -69,9 +71,10 @@ def gateway(tmp_path: Path) -> Iterator[tuple[str, str]]:
         "BANDITGATE_READ_YOUR_WRITES_TIMEOUT_S": "0",
     }
     env.pop("BANDITGATE_REDIS_URL", None)
-    cmd = [sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app"]
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    cmd = [sys.executable, "-m", "uvicorn", "--factory", "tests.querying_policy:create_app"]
     proc = subprocess.Popen(
-        [*cmd, "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"], env=env
+        [*cmd, "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"], env=env, cwd=REPO
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -92,9 +95,9 @@ def gateway(tmp_path: Path) -> Iterator[tuple[str, str]]:
 
 
 def feed_traffic(url: str, db_file: str, n: int = 48) -> dict[str, Any]:
-    """A tenant, two backends and a LinUCB router; ``n`` routed prompts on two topics with rewards that
-    favour one backend per topic, then the decisions are spread over the last 48 minutes (the API
-    stamps them 'now'), so the charts have several buckets."""
+    """A tenant, two backends and a querying LinUCB router; ``n`` routed prompts on two topics with
+    rewards that favour one backend per topic (and query feedback when asked), then the decisions are
+    spread over the last 48 minutes (the API stamps them 'now'), so the charts have several buckets."""
     h = admin_headers()
     with httpx.Client(base_url=url, timeout=30) as client:
         assert client.post("/admin/tenants", json={"name": "acme"}, headers=h).status_code == 201
@@ -103,8 +106,8 @@ def feed_traffic(url: str, db_file: str, n: int = 48) -> dict[str, Any]:
             assert client.post("/admin/backends", json=body, headers=h).status_code == 201
         router = {
             "name": "support",
-            "policy": "linucb",
-            "hyperparameters": {"alpha": 0.5},
+            "policy": NAME,  # LinUCB that queries every 4th decision, 10 query rounds in all
+            "hyperparameters": {"alpha": 0.5, "budget": 0.25, "horizon": 40},
             "arms": ["small-model", "large-model"],
             "is_default": True,
         }
@@ -116,10 +119,14 @@ def feed_traffic(url: str, db_file: str, n: int = 48) -> dict[str, Any]:
             prompt = TOPICS[topic][i % 4 // 2].format(i)
             d = client.post("/route", json={"prompt": prompt}, headers=bearer(key)).json()
             ids.append(d["decision_id"])
-            good = (topic == "math") == (d["model"] == "large-model")
-            cost = 0.004 if d["model"] == "large-model" else 0.0005
-            body = {"decision_id": d["decision_id"], "reward": 1.0 if good else 0.2, "cost": cost}
-            assert client.post("/feedback", json=body, headers=bearer(key)).status_code == 202
+            events = [{"model": d["model"], "kind": "bandit"}] + [
+                {"model": m, "kind": "query"} for m in d["query"]
+            ]
+            for event in events:
+                good = (topic == "math") == (event["model"] == "large-model")
+                cost = 0.004 if event["model"] == "large-model" else 0.0005
+                body = event | {"decision_id": d["decision_id"], "reward": 1.0 if good else 0.2, "cost": cost}
+                assert client.post("/feedback", json=body, headers=bearer(key)).status_code == 202
     now = datetime.now(UTC)
     with sqlite3.connect(db_file) as conn:
         for i, decision_id in enumerate(ids):
@@ -138,6 +145,9 @@ def expected_charts(stats: dict[str, Any]) -> dict[str, dict[str, Any]]:
     queries: dict[str, list[Any]] = {"query rounds (cumulative)": [b["queries_cumulative"] for b in buckets]}
     if stats["query_budget"] is not None:
         queries["budget"] = [stats["query_budget"]] * len(buckets)
+    elif stats["query_budget_ratio"] is not None:
+        ratio = stats["query_budget_ratio"]
+        queries["allowed by the ratio"] = [ratio * b["decisions_cumulative"] for b in buckets]
     return {
         "traffic": {"x": x, "series": {m: [b["models"][m]["share"] for b in buckets] for m in models}},
         "reward": {
@@ -193,7 +203,9 @@ def test_dashboard_in_chromium(chromium: str, gateway: tuple[str, str], tmp_path
             stats = httpx.get(
                 f"{url}/admin/tenants/acme/routers/support/stats", params=params, headers=admin_headers()
             ).json()
-            assert stats["decisions"] == len(fed["decisions"]) and stats["feedback"] == len(fed["decisions"])
+            assert stats["decisions"] == len(fed["decisions"]) and stats["queries_total"] == 10
+            assert stats["feedback"] == len(fed["decisions"]) + 10 and stats["query_budget"] == 10
+            assert stats["regret_mean"] is not None
             assert len(stats["buckets"]) >= 10
             plotted = page.evaluate("window.__charts")
             assert plotted == expected_charts(stats)
@@ -217,11 +229,14 @@ def test_dashboard_in_chromium(chromium: str, gateway: tuple[str, str], tmp_path
                 page.screenshot(path=os.environ["BANDITGATE_DASHBOARD_SCREENSHOT"], full_page=True)
 
             # Editing a hyperparameter persists.
-            page.fill("#cfg-hyperparameters", '{"alpha": 0.25}')
+            page.fill("#cfg-hyperparameters", '{"alpha": 0.25, "budget": 0.25, "horizon": 40}')
             page.click("#cfg-save")
             page.wait_for_function("window.__dashboard.saved === 2 || window.__dashboard.saveError")
             saved = httpx.get(f"{url}/admin/tenants/acme/routers/support", headers=admin_headers()).json()
-            assert saved["hyperparameters"] == {"alpha": 0.25} and saved["version"] == 2
+            assert (
+                saved["hyperparameters"] == {"alpha": 0.25, "budget": 0.25, "horizon": 40}
+                and saved["version"] == 2
+            )
             assert saved["arms"] == ["small-model", "large-model"] and saved["is_default"] is True
 
             # A bad value is refused with the API's reason, and nothing changes.
@@ -229,7 +244,7 @@ def test_dashboard_in_chromium(chromium: str, gateway: tuple[str, str], tmp_path
             page.click("#cfg-save")
             page.wait_for_selector("#cfg-result.error:has-text('alpha must be')")
             again = httpx.get(f"{url}/admin/tenants/acme/routers/support", headers=admin_headers()).json()
-            assert again["hyperparameters"] == {"alpha": 0.25} and again["version"] == 2
+            assert again["hyperparameters"]["alpha"] == 0.25 and again["version"] == 2
 
             # The key survives a reload (sessionStorage) and the page shows the saved value.
             page.reload()
