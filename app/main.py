@@ -12,17 +12,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from redis.asyncio import Redis
 
-from app.api import (
-    admin_backends,
-    admin_logs,
-    admin_routers,
-    admin_stats,
-    admin_tenants,
-    feedback,
-    health,
-    metrics,
-    route,
-)
+from app.api import admin_backends, admin_routers, admin_tenants, feedback, health, route
+from app.api.admin_logs import router as admin_logs_router
+from app.api.admin_stats import router as admin_stats_router
+from app.api.metrics import RequestMetrics
+from app.api.metrics import router as metrics_router
 from app.bus import EventBus, InProcessBus, RedisStreamBus
 from app.context import AppContext
 from app.dashboard import mount_dashboard
@@ -89,11 +83,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     for module in (health, route, feedback, admin_tenants, admin_backends, admin_routers):
         app.include_router(module.router)
-    for module in (admin_stats, admin_logs):
-        app.include_router(module.router)
+    app.include_router(admin_stats_router)
+    app.include_router(admin_logs_router)
     if settings.metrics_enabled:
-        app.include_router(metrics.router)
-        app.add_middleware(metrics.RequestMetrics)
+        app.include_router(metrics_router)
+        app.add_middleware(RequestMetrics)
     mount_dashboard(app)
 
     @app.exception_handler(RequestValidationError)

@@ -130,3 +130,10 @@ async def test_metrics(stack: Stack) -> None:
         assert delta("banditgate_http_errors_total", route="/admin/decisions/{decision_id}", kind="4xx") == 1
         assert delta("banditgate_embedding_duration_seconds_count") == 3
         assert "/admin/decisions/nope" not in after  # route templates, never raw paths
+
+
+async def test_metrics_can_be_turned_off(sqlite_url: str) -> None:
+    stack = Stack("sqlite", sqlite_url, None)
+    async with running(create_app(stack.settings(metrics_enabled=False))) as client:
+        assert (await client.get("/metrics")).status_code == 404
+        assert (await client.get("/healthz")).status_code == 200
