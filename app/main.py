@@ -13,8 +13,13 @@ from fastapi.responses import JSONResponse
 from redis.asyncio import Redis
 
 from app.api import admin_backends, admin_routers, admin_tenants, feedback, health, route
+from app.api.admin_logs import router as admin_logs_router
+from app.api.admin_stats import router as admin_stats_router
+from app.api.metrics import RequestMetrics
+from app.api.metrics import router as metrics_router
 from app.bus import EventBus, InProcessBus, RedisStreamBus
 from app.context import AppContext
+from app.dashboard import mount_dashboard
 from app.embedding import EmbeddingCache, EmbeddingService, LruEmbeddingCache, RedisEmbeddingCache
 from app.jsonable import jsonable
 from app.settings import Settings
@@ -78,6 +83,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     for module in (health, route, feedback, admin_tenants, admin_backends, admin_routers):
         app.include_router(module.router)
+    app.include_router(admin_stats_router)
+    app.include_router(admin_logs_router)
+    if settings.metrics_enabled:
+        app.include_router(metrics_router)
+        app.add_middleware(RequestMetrics)
+    mount_dashboard(app)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -37,6 +37,11 @@ class Settings(BaseSettings):
     event_stream_maxlen: int = Field(1_000_000, gt=0, description="approximate cap on the stream's length")
     stream_block_ms: int = Field(500, gt=0, description="XREAD block time of the stream tailer")
     log_level: str = Field("INFO", description="standard logging level")
+    stats_max_buckets: int = Field(
+        2_000, gt=0, description="most time buckets one /admin/.../stats request may ask for"
+    )
+    admin_page_max: int = Field(500, gt=0, description="largest page of /admin/decisions and /admin/feedback")
+    metrics_enabled: bool = Field(True, description="serve Prometheus metrics at GET /metrics")
 
     @field_validator("database_url")
     @classmethod
