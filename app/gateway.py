@@ -18,6 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app import metrics
 from app.context import AppContext
 from app.events import FeedbackMessage
 from app.jsonable import jsonable
@@ -83,7 +84,8 @@ async def route(
                 status.HTTP_422_UNPROCESSABLE_CONTENT,
                 f"candidates {unknown} are not arms of router {router.name!r} (arms: {arms})",
             )
-    embedding, digest = await ctx.embeddings.embed(text)
+    with metrics.time_embedding():
+        embedding, digest = await ctx.embeddings.embed(text)
     costs = await expected_costs(session, arms, len(text))
     runtime = await ctx.states.get(router)
     decision_id = uuid.uuid4().hex
@@ -114,6 +116,7 @@ async def route(
         )
     )
     await session.commit()
+    metrics.count_decision(tenant.name, router.name)
     return RouteResponse(
         decision_id=decision_id,
         router=router.name,
@@ -233,6 +236,8 @@ async def record_feedback(
             )
         )
     await session.commit()
+    for message in fresh:
+        metrics.count_feedback(tenant.name, routers[message.router_id].name, message.kind)
     await publish_feedback(ctx, fresh)
     return accepted
 

@@ -13,9 +13,14 @@ from fastapi.responses import JSONResponse
 from redis.asyncio import Redis
 
 from app.api import admin_backends, admin_routers, admin_tenants, feedback, health, openai, route
+from app.api.admin_logs import router as admin_logs_router
+from app.api.admin_stats import router as admin_stats_router
+from app.api.metrics import RequestMetrics
+from app.api.metrics import router as metrics_router
 from app.backends import BackendClient
 from app.bus import EventBus, InProcessBus, RedisStreamBus
 from app.context import AppContext
+from app.dashboard import mount_dashboard
 from app.embedding import EmbeddingCache, EmbeddingService, LruEmbeddingCache, RedisEmbeddingCache
 from app.jsonable import jsonable
 from app.settings import Settings
@@ -86,6 +91,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         from app.replay_backends import load_dataset, replay_app
 
         app.mount("/replay", replay_app(load_dataset(settings.replay_dataset)))
+    app.include_router(admin_stats_router)
+    app.include_router(admin_logs_router)
+    if settings.metrics_enabled:
+        app.include_router(metrics_router)
+        app.add_middleware(RequestMetrics)
+    mount_dashboard(app)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -55,6 +55,11 @@ class Settings(BaseSettings):
         None,
         description="a replay dataset directory served as backends under /replay (banditgate demo sets it)",
     )
+    stats_max_buckets: int = Field(
+        2_000, gt=0, description="most time buckets one /admin/.../stats request may ask for"
+    )
+    admin_page_max: int = Field(500, gt=0, description="largest page of /admin/decisions and /admin/feedback")
+    metrics_enabled: bool = Field(True, description="serve Prometheus metrics at GET /metrics")
 
     @field_validator("database_url")
     @classmethod

@@ -9,15 +9,30 @@ Presets are factories too (``functools.partial`` over a class with some hyperpar
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from routers.base import Policy, PolicyConfigError
+from routers.cascade_baselines import GreedyTillSucceed, HighestCost, LowestCost, RandomTillSucceed
+from routers.combinatorial import C2MABV
 from routers.linear import LinUCB
+from routers.logistic_ucb import PromptWise
+from routers.set_baselines import CUCB, EpsGreedySet, ThompsonSet
 
 PolicyFactory = Callable[..., Policy]
 
 POLICIES: dict[str, PolicyFactory] = {
     "linucb": LinUCB,
+    "promptwise": PromptWise,
+    "promptwise-rbf": partial(PromptWise, kernel="rbf"),
+    "random-till-succeed": RandomTillSucceed,
+    "greedy-till-succeed": GreedyTillSucceed,
+    "lowest-cost": LowestCost,
+    "highest-cost": HighestCost,
+    "c2mab-v": C2MABV,
+    "cucb": CUCB,
+    "eps-greedy-set": EpsGreedySet,
+    "thompson-set": ThompsonSet,
 }
 
 

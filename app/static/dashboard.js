@@ -1,0 +1,260 @@
+// banditgate admin dashboard: plain JavaScript over the admin REST API, charts by the vendored uPlot.
+// The admin key lives in sessionStorage and is sent as a Bearer token. What each chart plots is kept on
+// window.__charts ({x: [epoch seconds], series: {label: [values]}}) and the stats query behind it on
+// window.__statsQuery, so a test (or a curious person) can compare them with the API.
+"use strict";
+
+const KEY_STORE = "banditgate.adminKey";
+const PALETTE = ["#2f6fdf", "#e8710a", "#1a9850", "#c0362c", "#8e44ad", "#00838f", "#b58900", "#6d4c41"];
+const $ = (id) => document.getElementById(id);
+const plots = {};
+window.__charts = {};
+window.__uplot = plots;
+window.__dashboard = { state: "signed-out", generation: 0 };
+
+function esc(value) {
+  return String(value).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
+}
+
+function fmt(value, digits = 3) {
+  if (value === null || value === undefined) return "–";
+  return typeof value === "number" ? Number(value.toPrecision(digits)).toString() : String(value);
+}
+
+async function api(path, options = {}) {
+  const key = sessionStorage.getItem(KEY_STORE);
+  const headers = { Authorization: `Bearer ${key}`, ...(options.body ? { "Content-Type": "application/json" } : {}) };
+  const response = await fetch(path, { ...options, headers });
+  const body = response.status === 204 ? null : await response.json().catch(() => null);
+  if (!response.ok) {
+    const detail = body && body.detail ? (typeof body.detail === "string" ? body.detail : JSON.stringify(body.detail)) : response.statusText;
+    const error = new Error(`${response.status}: ${detail}`);
+    error.status = response.status;
+    throw error;
+  }
+  return body;
+}
+
+function setState(state, message = "") {
+  window.__dashboard.state = state;
+  $("status").textContent = message;
+  $("status").className = state === "error" ? "error" : "status";
+}
+
+// --- sign in ----------------------------------------------------------------------------------------
+
+async function signIn(key) {
+  sessionStorage.setItem(KEY_STORE, key);
+  try {
+    const tenants = await api("/admin/tenants");
+    $("signin").hidden = true;
+    $("board").hidden = false;
+    $("picker").hidden = false;
+    $("tenant").innerHTML = tenants.map((t) => `<option>${esc(t.name)}</option>`).join("");
+    await loadRouters();
+  } catch (error) {
+    sessionStorage.removeItem(KEY_STORE);
+    $("signin-error").textContent = error.status === 401 || error.status === 403 ? "That key is not the admin key." : error.message;
+    window.__dashboard.state = "signed-out";
+  }
+}
+
+function signOut() {
+  sessionStorage.removeItem(KEY_STORE);
+  location.reload();
+}
+
+async function loadRouters() {
+  const tenant = $("tenant").value;
+  const routers = tenant ? await api(`/admin/tenants/${encodeURIComponent(tenant)}/routers`) : [];
+  $("router").innerHTML = routers.map((r) => `<option>${esc(r.name)}</option>`).join("");
+  await refresh();
+}
+
+// --- charts -----------------------------------------------------------------------------------------
+
+function drawChart(name, x, series, yLabel) {
+  window.__charts[name] = { x, series };
+  const element = $(`chart-${name}`);
+  const labels = Object.keys(series);
+  const options = {
+    width: Math.max(320, element.clientWidth),
+    height: 220,
+    scales: { x: { time: true } },
+    series: [{}, ...labels.map((label, i) => ({
+      label,
+      stroke: PALETTE[i % PALETTE.length],
+      width: 2,
+      points: { show: x.length < 60 },
+      spanGaps: false,
+      dash: label === "budget" || label.startsWith("allowed") ? [6, 4] : undefined,
+    }))],
+    axes: [{}, { label: yLabel, size: 60 }],
+  };
+  if (plots[name]) plots[name].destroy();
+  element.innerHTML = "";
+  plots[name] = new uPlot(options, [x, ...labels.map((label) => series[label])], element);
+}
+
+function drawStats(stats) {
+  const x = stats.buckets.map((b) => Date.parse(b.start) / 1000);
+  const models = [...new Set(stats.buckets.flatMap((b) => Object.keys(b.models)))];
+  const traffic = {};
+  for (const model of models) traffic[model] = stats.buckets.map((b) => (b.models[model] ? b.models[model].share : null));
+  drawChart("traffic", x, traffic, "share");
+  drawChart("reward", x, {
+    "mean reward": stats.buckets.map((b) => b.reward_mean),
+    "running regret": stats.buckets.map((b) => b.regret_running),
+  }, "reward");
+  drawChart("cost", x, {
+    "total per bucket": stats.buckets.map((b) => b.cost_total),
+    "mean per call": stats.buckets.map((b) => b.cost_mean),
+  }, "USD");
+  const queries = { "query rounds (cumulative)": stats.buckets.map((b) => b.queries_cumulative) };
+  if (stats.query_budget !== null) {
+    queries.budget = stats.buckets.map(() => stats.query_budget);
+  } else if (stats.query_budget_ratio !== null) {
+    queries["allowed by the ratio"] = stats.buckets.map((b) => stats.query_budget_ratio * b.decisions_cumulative);
+  }
+  drawChart("queries", x, queries, "rounds");
+  let budget = `${stats.queries_total} query rounds so far; this router's policy has no query budget.`;
+  if (stats.query_budget !== null) {
+    budget = `${stats.queries_total} of ${stats.query_budget} query rounds used (from ${stats.query_budget_key}).`;
+  } else if (stats.query_budget_ratio !== null) {
+    budget = `${stats.queries_total} query rounds; the policy may query ${fmt(100 * stats.query_budget_ratio)} % of decisions.`;
+  }
+  $("budget").textContent = budget;
+  $("summary").innerHTML = [
+    ["policy", stats.policy],
+    ["decisions", stats.decisions],
+    ["feedback", stats.feedback],
+    ["mean reward", fmt(stats.reward_mean)],
+    ["cost (USD)", fmt(stats.cost_total, 4)],
+    ["regret on query rounds", fmt(stats.regret_mean)],
+  ].map(([label, value]) => `<div>${esc(label)}<b>${esc(value)}</b></div>`).join("");
+}
+
+// --- decisions --------------------------------------------------------------------------------------
+
+async function loadDecisions(tenant, router) {
+  const params = new URLSearchParams({ tenant, router, limit: "15" });
+  const page = await api(`/admin/decisions?${params}`);
+  window.__decisions = page.items;
+  const rows = page.items.map((d) => `<tr data-id="${esc(d.id)}"><td>${esc(new Date(d.created_at).toLocaleString())}</td>
+    <td>${esc(d.model ?? "declined")}</td><td>${esc(d.query.join(", ") || "–")}</td></tr>`);
+  $("decisions").querySelector("tbody").innerHTML = rows.join("") || `<tr><td colspan="3" class="muted">no decisions yet</td></tr>`;
+  $("decision-detail").innerHTML = "";
+  for (const row of $("decisions").querySelectorAll("tbody tr[data-id]")) row.addEventListener("click", () => showDecision(row));
+}
+
+async function showDecision(row) {
+  for (const other of row.parentElement.children) other.classList.remove("selected");
+  row.classList.add("selected");
+  const d = await api(`/admin/decisions/${encodeURIComponent(row.dataset.id)}`);
+  const fields = [...new Set(Object.values(d.scores).flatMap((s) => Object.keys(s || {})))];
+  const scoreRows = Object.entries(d.scores).map(([model, s]) => `<tr><td>${model === d.model ? "<b>" + esc(model) + "</b>" : esc(model)}</td>${
+    fields.map((f) => `<td>${s && s[f] === null ? "∞" : esc(fmt(s ? s[f] : null))}</td>`).join("")}</tr>`);
+  const feedback = d.feedback.map((f) => `<li>${esc(f.kind)} · ${esc(f.model)}: reward ${esc(fmt(f.reward))}, cost ${esc(fmt(f.cost))}</li>`);
+  $("decision-detail").innerHTML = `<p class="muted">decision ${esc(d.id)} · policy ${esc(d.policy)} · router version ${esc(d.router_version)} · models ${esc(d.models.join(" → ") || "none")}</p>
+    <table><thead><tr><th>model</th>${fields.map((f) => `<th>${esc(f)}</th>`).join("")}</tr></thead><tbody>${scoreRows.join("")}</tbody></table>
+    <ul>${feedback.join("") || "<li class='muted'>no feedback yet</li>"}</ul>`;
+}
+
+// --- configuration ----------------------------------------------------------------------------------
+
+async function loadConfig(tenant, router) {
+  const [config, backends] = await Promise.all([
+    api(`/admin/tenants/${encodeURIComponent(tenant)}/routers/${encodeURIComponent(router)}`),
+    api("/admin/backends"),
+  ]);
+  window.__routerConfig = config;
+  $("cfg-policy").value = config.policy;
+  $("cfg-hyperparameters").value = JSON.stringify(config.hyperparameters, null, 2);
+  const names = [...new Set([...config.arms, ...backends.map((b) => b.name)])];
+  $("cfg-arms").innerHTML = names.map((name) => `<label><input type="checkbox" value="${esc(name)}"${config.arms.includes(name) ? " checked" : ""}> ${esc(name)}</label>`).join("");
+  $("cfg-lo").value = config.reward_range[0];
+  $("cfg-hi").value = config.reward_range[1];
+  $("cfg-seed").value = config.seed;
+  $("cfg-default").checked = config.is_default;
+  $("cfg-result").textContent = `version ${config.version}`;
+}
+
+async function saveConfig(event) {
+  event.preventDefault();
+  const result = $("cfg-result");
+  let hyperparameters;
+  try {
+    hyperparameters = JSON.parse($("cfg-hyperparameters").value || "{}");
+  } catch (error) {
+    result.textContent = `hyperparameters are not JSON: ${error.message}`;
+    result.className = "error";
+    return;
+  }
+  const body = {
+    policy: $("cfg-policy").value,
+    hyperparameters,
+    arms: [...$("cfg-arms").querySelectorAll("input:checked")].map((input) => input.value),
+    reward_range: [Number($("cfg-lo").value), Number($("cfg-hi").value)],
+    seed: Number($("cfg-seed").value),
+    is_default: $("cfg-default").checked,
+  };
+  const { tenant, router } = window.__statsQuery;
+  try {
+    const saved = await api(`/admin/tenants/${encodeURIComponent(tenant)}/routers/${encodeURIComponent(router)}`, {
+      method: "PATCH",
+      body: JSON.stringify(body),
+    });
+    window.__routerConfig = saved;
+    result.textContent = `saved: version ${saved.version}`;
+    result.className = "muted";
+    window.__dashboard.saved = saved.version;
+  } catch (error) {
+    result.textContent = error.message;
+    result.className = "error";
+    window.__dashboard.saveError = error.message;
+  }
+}
+
+// --- refresh ----------------------------------------------------------------------------------------
+
+async function refresh(event) {
+  if (event) event.preventDefault();
+  const tenant = $("tenant").value;
+  const router = $("router").value;
+  if (!tenant || !router) {
+    setState("ready", tenant ? "This tenant has no routers yet." : "No tenants yet.");
+    return;
+  }
+  const generation = ++window.__dashboard.generation;
+  const current = () => generation === window.__dashboard.generation; // a newer refresh supersedes this one
+  setState("loading", "loading…");
+  const span = Number($("range").value);
+  const until = new Date();
+  const since = new Date(until.getTime() - span * 1000);
+  const query = { tenant, router, since: since.toISOString(), until: until.toISOString(), bucket: $("bucket").value };
+  window.__statsQuery = query;
+  try {
+    const params = new URLSearchParams({ since: query.since, until: query.until, bucket: query.bucket });
+    const base = `/admin/tenants/${encodeURIComponent(tenant)}/routers/${encodeURIComponent(router)}`;
+    const stats = await api(`${base}/stats?${params}`);
+    if (!current()) return;
+    window.__stats = stats;
+    drawStats(stats);
+    await Promise.all([loadDecisions(tenant, router), loadConfig(tenant, router)]);
+    if (!current()) return;
+    setState("ready", `${tenant} / ${router}: ${stats.buckets.length} buckets of ${stats.bucket_s} s up to ${until.toLocaleString()}`);
+  } catch (error) {
+    if (current()) setState("error", error.message);
+  }
+}
+
+$("signin-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  signIn($("admin-key").value);
+});
+$("signout").addEventListener("click", signOut);
+$("picker").addEventListener("submit", refresh);
+$("tenant").addEventListener("change", loadRouters);
+for (const id of ["router", "range", "bucket"]) $(id).addEventListener("change", () => refresh());
+$("config").addEventListener("submit", saveConfig);
+if (sessionStorage.getItem(KEY_STORE)) signIn(sessionStorage.getItem(KEY_STORE));

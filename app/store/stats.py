@@ -1,0 +1,164 @@
+"""What a router did over time, aggregated in SQL (Postgres and SQLite alike).
+
+Every number is attributed to the time bucket of its *decision* (the feedback about a decision counts
+in the bucket where the decision was made), so traffic, rewards, costs and regret of a bucket describe
+the same requests. Buckets are aligned to the Unix epoch: bucket = floor(epoch seconds / width) * width.
+
+- traffic share of a model: decisions whose first model (``models[0]``, the one called first) is that
+  model / decisions in the bucket; a decision that called no model counts as ``declined``.
+- reward: mean of the rewards reported with kind ``bandit`` or ``cascade-step`` (answers the caller
+  got); ``query`` feedback (active-learning rewards of models not served) is left out of it.
+- cost: sum and mean of the costs of every feedback event, query calls included (they were paid for).
+- queries: decisions whose ``query`` list is non-empty.
+- regret on query rounds: when a decision asked for the other models' rewards, regret = the best reward
+  observed for that decision (any kind) - the reward of its first model; averaged over the query rounds
+  that reported the first model's reward. Outside query rounds the other rewards are unknown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import BigInteger, ColumnElement, Integer, case, cast, func, literal_column, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.store.models import DecisionRow, FeedbackEvent
+from app.timewindow import Window
+
+SERVED_KINDS = ("bandit", "cascade-step")
+
+
+def epoch_seconds(column: Any, dialect: str) -> ColumnElement[int]:
+    """Whole seconds since the epoch of a timestamp column (floored)."""
+    if dialect == "postgresql":
+        return cast(func.floor(func.extract("epoch", column)), BigInteger)
+    return cast(func.strftime("%s", column), Integer)
+
+
+def bucket_of(column: Any, dialect: str, bucket_s: int) -> ColumnElement[int]:
+    # An inlined integer, not a bound parameter: SELECT and GROUP BY must be the same expression.
+    width: ColumnElement[int] = literal_column(str(int(bucket_s)))
+    return (epoch_seconds(column, dialect) // width) * width
+
+
+@dataclass
+class ModelStats:
+    decisions: int = 0
+    feedback: int = 0
+    reward_sum: float = 0.0
+    rewarded: int = 0
+
+
+@dataclass
+class BucketStats:
+    start: int
+    decisions: int = 0
+    declined: int = 0
+    queries: int = 0
+    feedback: int = 0
+    rewarded: int = 0
+    reward_sum: float = 0.0
+    cost_total: float = 0.0
+    costed: int = 0
+    regret_rounds: int = 0
+    regret_sum: float = 0.0
+    models: dict[str, ModelStats] = field(default_factory=dict)
+
+    def model(self, name: str) -> ModelStats:
+        return self.models.setdefault(name, ModelStats())
+
+
+async def history_before(session: AsyncSession, router_id: int, moment: Any) -> tuple[int, int]:
+    """Decisions and query rounds of this router before ``moment`` (for cumulative counts)."""
+    found = (
+        await session.execute(
+            select(func.count(), func.sum(case((func.json_array_length(DecisionRow.query) > 0, 1), else_=0)))
+            .select_from(DecisionRow)
+            .where(DecisionRow.router_id == router_id, DecisionRow.created_at < moment)
+        )
+    ).one()
+    return int(found[0] or 0), int(found[1] or 0)
+
+
+async def router_buckets(
+    session: AsyncSession, router_id: int, window: Window, bucket_s: int
+) -> dict[int, BucketStats]:
+    """Per-bucket aggregates of one router's decisions and their feedback inside ``window``."""
+    dialect = session.bind.dialect.name if session.bind is not None else "postgresql"
+    D, F = DecisionRow, FeedbackEvent
+    decisions = (
+        select(
+            D.id.label("id"),
+            bucket_of(D.created_at, dialect, bucket_s).label("bucket"),
+            D.models[0].as_string().label("model"),
+            case((func.json_array_length(D.query) > 0, 1), else_=0).label("queried"),
+        )
+        .where(D.router_id == router_id, D.created_at >= window.since, D.created_at < window.until)
+        .subquery("d")
+    )
+    d = decisions.c
+    out: dict[int, BucketStats] = {}
+
+    def at(bucket: Any) -> BucketStats:
+        start = int(bucket)
+        return out.setdefault(start, BucketStats(start))
+
+    for bucket, model, n, queried in await session.execute(
+        select(d.bucket, d.model, func.count(), func.sum(d.queried)).group_by(d.bucket, d.model)
+    ):
+        stats = at(bucket)
+        stats.decisions += int(n)
+        stats.queries += int(queried or 0)
+        if model is None:
+            stats.declined += int(n)
+        else:
+            stats.model(model).decisions += int(n)
+
+    served = F.kind.in_(SERVED_KINDS) & F.reward.is_not(None)
+    served_reward = case((served, F.reward))
+    for bucket, model, n, rewarded, reward_sum, costed, cost_sum in await session.execute(
+        select(
+            d.bucket,
+            F.model,
+            func.count(F.id),
+            func.count(served_reward),
+            func.sum(served_reward),
+            func.count(F.cost),
+            func.sum(F.cost),
+        )
+        .join(F, F.decision_id == d.id)
+        .group_by(d.bucket, F.model)
+    ):
+        stats = at(bucket)
+        per_model = stats.model(model)
+        stats.feedback += int(n)
+        per_model.feedback += int(n)
+        stats.rewarded += int(rewarded)
+        per_model.rewarded += int(rewarded)
+        stats.reward_sum += float(reward_sum or 0.0)
+        per_model.reward_sum += float(reward_sum or 0.0)
+        stats.costed += int(costed)
+        stats.cost_total += float(cost_sum or 0.0)
+
+    rounds = (
+        select(
+            d.bucket.label("bucket"),
+            func.max(F.reward).label("best"),
+            func.max(case((F.model == d.model, F.reward))).label("chosen"),
+        )
+        .join(F, F.decision_id == d.id)
+        .where(d.queried == 1, F.reward.is_not(None))
+        .group_by(d.id, d.bucket)
+        .subquery("r")
+    )
+    r = rounds.c
+    for bucket, n, regret_sum in await session.execute(
+        select(r.bucket, func.count(), func.sum(r.best - r.chosen))
+        .where(r.chosen.is_not(None))
+        .group_by(r.bucket)
+    ):
+        stats = at(bucket)
+        stats.regret_rounds += int(n)
+        stats.regret_sum += float(regret_sum or 0.0)
+    return out

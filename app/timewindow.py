@@ -1,0 +1,86 @@
+"""Time windows of the admin views: ``since``/``until`` query parameters and a bucket width.
+
+Times are ISO 8601; one without a zone is taken as UTC. A bucket width is a number of seconds or a
+number with a unit: ``30s``, ``5m``, ``1h``, ``1d``. Every mistake is a 422 that names the parameter.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from fastapi import HTTPException, status
+
+UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+DEFAULT_SPAN = timedelta(hours=24)
+_BUCKET = re.compile(r"^\s*(\d+)\s*([smhd]?)\s*$")
+
+
+def unprocessable(message: str) -> HTTPException:
+    return HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, message)
+
+
+def as_utc(moment: datetime) -> datetime:
+    """A zone-less time is UTC; an aware one is converted to UTC (SQLite stores UTC without a zone)."""
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def parse_time(name: str, value: str | None) -> datetime | None:
+    if value is None or value == "":
+        return None
+    try:
+        return as_utc(datetime.fromisoformat(value.replace("Z", "+00:00")))
+    except ValueError as exc:
+        raise unprocessable(f"{name}={value!r} is not an ISO 8601 time (e.g. 2026-01-31T12:00:00Z)") from exc
+
+
+def parse_bucket(value: str) -> int:
+    """Bucket width in whole seconds, at least one."""
+    match = _BUCKET.match(value)
+    if match is None:
+        raise unprocessable(
+            f"bucket={value!r} must be seconds or a number with a unit s, m, h or d (e.g. 5m)"
+        )
+    seconds = int(match.group(1)) * UNITS[match.group(2) or "s"]
+    if seconds <= 0:
+        raise unprocessable(f"bucket={value!r} must be at least one second")
+    return seconds
+
+
+@dataclass(frozen=True)
+class Window:
+    """``[since, until)`` in UTC."""
+
+    since: datetime
+    until: datetime
+
+
+def parse_window(since: str | None, until: str | None, default_span: timedelta = DEFAULT_SPAN) -> Window:
+    """``until`` defaults to now and ``since`` to ``until - default_span``; ``since`` must be earlier."""
+    end = parse_time("until", until) or datetime.now(UTC)
+    start = parse_time("since", since) or end - default_span
+    if not start < end:
+        raise unprocessable(f"since ({start.isoformat()}) must be earlier than until ({end.isoformat()})")
+    return Window(start, end)
+
+
+def optional_window(since: str | None, until: str | None) -> tuple[datetime | None, datetime | None]:
+    """Filters of the logs: either bound may be absent, but when both are given since < until."""
+    start, end = parse_time("since", since), parse_time("until", until)
+    if start is not None and end is not None and not start < end:
+        raise unprocessable(f"since ({start.isoformat()}) must be earlier than until ({end.isoformat()})")
+    return start, end
+
+
+def bucket_starts(window: Window, bucket_s: int, max_buckets: int) -> list[int]:
+    """Epoch seconds of every bucket that overlaps the window; buckets are aligned to the Unix epoch."""
+    first = int(window.since.timestamp()) // bucket_s * bucket_s
+    last = (int(window.until.timestamp() - 1e-6) // bucket_s) * bucket_s
+    count = (last - first) // bucket_s + 1
+    if count > max_buckets:
+        raise unprocessable(
+            f"{count} buckets of {bucket_s} s between since and until; the limit is {max_buckets}: "
+            "use a wider bucket or a shorter range"
+        )
+    return list(range(first, last + 1, bucket_s))

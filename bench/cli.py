@@ -1,0 +1,40 @@
+"""``banditgate bench ...`` / ``python -m bench ...``: the benchmark command line.
+
+Every subcommand lives in its own module, which defines ``add_subcommand(subparsers)``: it adds its parser
+and sets ``handler`` (a function of the parsed namespace returning an exit code). Adding a subcommand is
+one line in ``SUBCOMMAND_MODULES``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from routers.base import PolicyConfigError
+
+SUBCOMMAND_MODULES: tuple[str, ...] = (
+    "bench.run_command",
+    "bench.convert_routellm",
+    "bench.synthetic",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="banditgate bench", description="Offline replay benchmarks.")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in SUBCOMMAND_MODULES:
+        importlib.import_module(module).add_subcommand(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    try:
+        code: int = args.handler(args)
+    except (PolicyConfigError, ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return code

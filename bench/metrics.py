@@ -1,0 +1,97 @@
+"""Summaries of traces across seeds: the numbers of the report's JSON and table.
+
+For S seeds of T rounds, with L the harness's lambda (reward units per USD):
+
+- ``mean_reward``, ``mean_cost`` (USD per round, every call counted), ``mean_utility`` = reward - L * cost,
+  averaged over rounds and seeds; ``ci95`` = 1.96 * sd / sqrt(S) of the per-seed mean rewards
+  (``utility_ci95``, ``regret_ci95`` likewise);
+- ``mean_regret`` = oracle's mean utility - this row's, on the same draws (so it can be negative for
+  multi-call policies, which the single-model oracle does not bound);
+- ``opr``: share of rounds whose delivered model has the oracle's true mean utility (ties count);
+- ``success_rate``: share of rounds that succeeded; ``calls_per_round``: model calls per round;
+- ``violation`` (C2MAB-V Eq. 1): V(T) = [ (1/T) sum_t spend_t - rho ]^+ with rho the per-round budget in
+  USD; ``reward_per_violation`` (C2MAB-V §5.6): mean reward / ((1/T) sum_tau V(tau)), null when that is 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from bench.trace import Trace
+
+Z95 = 1.96
+
+
+def ci95(values: Sequence[float] | np.ndarray) -> float:
+    """Half-width of the normal 95% interval of the mean of ``values`` (0 for fewer than 2)."""
+    v = np.asarray(values, dtype=np.float64)
+    return float(Z95 * v.std(ddof=1) / np.sqrt(v.size)) if v.size > 1 else 0.0
+
+
+def utility(trace: Trace, cost_weight: float) -> np.ndarray:
+    return trace.reward - cost_weight * trace.cost
+
+
+def regret_per_round(trace: Trace, oracle: Trace, cost_weight: float) -> np.ndarray:
+    return utility(oracle, cost_weight) - utility(trace, cost_weight)
+
+
+def violation_curve(cost: np.ndarray, budget: float) -> np.ndarray:
+    """V(tau) for tau = 1..T: [ running mean spend - budget ]^+ (C2MAB-V Eq. 1 at horizon tau)."""
+    running = np.cumsum(cost) / np.arange(1, cost.shape[0] + 1)
+    return np.maximum(running - budget, 0.0)
+
+
+def summarise(traces: Sequence[Trace], oracles: Sequence[Trace], cost_weight: float) -> dict[str, Any]:
+    """One row of the report from the traces of its seeds (``oracles[i]`` is seed i's oracle trace)."""
+    reward = np.array([t.reward.mean() for t in traces])
+    cost = np.array([t.cost.mean() for t in traces])
+    util = reward - cost_weight * cost
+    regret = np.array(
+        [regret_per_round(t, o, cost_weight).mean() for t, o in zip(traces, oracles, strict=True)]
+    )
+    row: dict[str, Any] = {
+        "mean_reward": float(reward.mean()),
+        "ci95": ci95(reward),
+        "mean_cost": float(cost.mean()),
+        "mean_utility": float(util.mean()),
+        "utility_ci95": ci95(util),
+        "mean_regret": float(regret.mean()),
+        "regret_ci95": ci95(regret),
+        "opr": float(np.mean([t.optimal.mean() for t in traces])),
+        "success_rate": float(np.mean([t.success.mean() for t in traces])),
+        "calls_per_round": float(np.mean([t.calls.mean() for t in traces])),
+        "declined_rate": float(np.mean([t.declined.mean() for t in traces])),
+    }
+    budgets = [t.budget for t in traces]
+    if any(b is not None for b in budgets):
+        violations, areas = [], []
+        for trace in traces:
+            curve = violation_curve(trace.cost, trace.budget if trace.budget is not None else np.inf)
+            violations.append(float(curve[-1]))
+            areas.append(float(curve.mean()))
+        row["budget"] = float(np.mean([b for b in budgets if b is not None]))
+        row["violation"] = float(np.mean(violations))
+        area = float(np.mean(areas))
+        row["reward_per_violation"] = row["mean_reward"] / area if area > 0 else None
+    return row
+
+
+def summarise_policy(
+    spec: str, traces: Sequence[Trace], oracles: Sequence[Trace], cost_weight: float
+) -> dict:
+    select_ns = np.concatenate([t.select_ns for t in traces]) if traces else np.zeros(0)
+    row = {"spec": spec, **summarise(traces, oracles, cost_weight)}
+    row["queries"] = float(np.mean([t.query_rounds for t in traces]))
+    row["query_calls"] = float(np.mean([t.query_calls for t in traces]))
+    row["select_ms_p50"] = float(np.median(select_ns) / 1e6) if select_ns.size else 0.0
+    return row
+
+
+def summarise_reference(
+    name: str, traces: Sequence[Trace], oracles: Sequence[Trace], cost_weight: float
+) -> dict:
+    return {"name": name, **summarise(traces, oracles, cost_weight)}

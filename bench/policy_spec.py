@@ -1,0 +1,86 @@
+"""Policy specs on the command line: ``name[:key=value,...]``, built through the registry.
+
+Values parse as JSON numbers or booleans (``1``, ``0.5``, ``1e-3``, ``true``, ``null``), anything else is
+kept as a string. The harness's ``--lambda L`` (reward units per USD) reaches a policy as the
+hyperparameter ``cost_weight`` when the policy class declares ``cost_aware = True`` and the spec sets
+neither ``cost_weight`` nor ``lambda``; a spec's own ``lambda=...`` is renamed to ``cost_weight``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from routers.base import Policy, PolicyConfigError
+from routers.registry import POLICIES, build_policy
+
+COST_WEIGHT = "cost_weight"
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """A parsed spec; ``text`` is echoed verbatim in reports."""
+
+    text: str
+    name: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+def _value(raw: str) -> Any:
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        return raw
+    return value if value is None or isinstance(value, bool | int | float) else raw
+
+
+def parse_spec(text: str) -> PolicySpec:
+    """``linucb:alpha=0.5,ridge=1`` -> PolicySpec('linucb', {'alpha': 0.5, 'ridge': 1})."""
+    name, _, rest = text.partition(":")
+    name = name.strip()
+    if not name:
+        raise PolicyConfigError(f"policy spec {text!r} has no policy name")
+    params: dict[str, Any] = {}
+    for item in filter(None, (part.strip() for part in rest.split(","))):
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise PolicyConfigError(f"policy spec {text!r}: {item!r} is not key=value")
+        if key in params:
+            raise PolicyConfigError(f"policy spec {text!r}: {key!r} given twice")
+        params[key] = _value(raw.strip())
+    return PolicySpec(text=text, name=name, params=params)
+
+
+def is_cost_aware(name: str) -> bool:
+    """Whether the registered factory's class declares ``cost_aware = True``."""
+    factory = POLICIES.get(name)
+    cls = getattr(factory, "func", factory)  # presets are functools.partial over the class
+    return bool(getattr(cls, "cost_aware", False))
+
+
+def hyperparameters(spec: PolicySpec, cost_weight: float | None) -> dict[str, Any]:
+    """The keyword arguments for the factory: the spec's, plus ``cost_weight`` from ``--lambda``."""
+    params = dict(spec.params)
+    if "lambda" in params:
+        if COST_WEIGHT in params:
+            raise PolicyConfigError(f"policy spec {spec.text!r} sets both lambda and {COST_WEIGHT}")
+        params[COST_WEIGHT] = params.pop("lambda")
+    factory = POLICIES.get(spec.name)
+    preset = dict(getattr(factory, "keywords", None) or {})
+    absent = COST_WEIGHT not in params and COST_WEIGHT not in preset
+    if cost_weight is not None and absent and is_cost_aware(spec.name):
+        params[COST_WEIGHT] = cost_weight
+    return params
+
+
+def build_from_spec(spec: PolicySpec, arms: Sequence[str], seed: int, cost_weight: float | None) -> Policy:
+    return build_policy(spec.name, arms, seed, hyperparameters(spec, cost_weight))
+
+
+def check_specs(specs: Sequence[PolicySpec], arms: Sequence[str], cost_weight: float | None) -> None:
+    """Build each policy once so that a bad spec fails before any simulation starts."""
+    for spec in specs:
+        build_from_spec(spec, arms, 0, cost_weight)

@@ -1,0 +1,202 @@
+"""``bench run``: replay policies on a dataset, print a table, write the JSON report and plots.
+
+``replay(...)`` is the programmatic entry (tests and other subcommands use it); ``add_subcommand``
+registers the CLI. Seeds are 0..S-1; see ``bench.replay_env`` for the draws and ``bench.metrics`` for the
+numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from bench.arm_schedule import ArmEvent, build_schedule, parse_arm_event
+from bench.dataset import Dataset, load_dataset
+from bench.embedding_cache import embed_prompts
+from bench.metrics import summarise_policy, summarise_reference
+from bench.policy_spec import PolicySpec, build_from_spec, check_specs, parse_spec
+from bench.replay_env import ReplayEnv
+from bench.report_table import format_table
+from bench.simulator import run_policy
+from bench.trace import Trace, reference_traces
+
+REFERENCES = ("best_single", "oracle", "random")
+
+
+@dataclass
+class ReplayResult:
+    report: dict[str, Any]
+    runs: dict[str, list[Trace]] = field(default_factory=dict)
+    references: dict[str, list[Trace]] = field(default_factory=dict)
+
+
+def dataset_embeddings(
+    dataset: Dataset, embedder: str, cache_dir: Path | None = None, progress: bool = True
+) -> np.ndarray:
+    """The rows' ``context`` vectors when present, else the cached embeddings of the prompts."""
+    if dataset.contexts is not None:
+        return dataset.contexts
+    return embed_prompts(dataset.prompts, embedder, cache_dir=cache_dir, progress=progress)
+
+
+def replay(
+    dataset: Dataset,
+    embeddings: np.ndarray,
+    specs: Sequence[PolicySpec],
+    horizon: int,
+    seeds: int,
+    cost_weight: float = 0.0,
+    success_threshold: float | None = None,
+    events: Sequence[ArmEvent] = (),
+    max_calls: int | None = None,
+    progress: bool = True,
+    embedder: str = "",
+    output_embeddings: np.ndarray | None = None,
+) -> ReplayResult:
+    """Run every spec on seeds 0..seeds-1 and the references on the same draws; build the report.
+
+    ``output_embeddings`` (P, K, d), when given, is sent with each call's Observation (output-aware
+    policies such as mixtures)."""
+    if horizon < 1 or seeds < 1:
+        raise ValueError("horizon and seeds must be >= 1")
+    lo, hi = dataset.reward_range
+    threshold = (lo + hi) / 2 if success_threshold is None else float(success_threshold)
+    schedule = build_schedule(dataset.model_names, events, horizon)
+    env = ReplayEnv(dataset, embeddings, schedule, cost_weight, threshold, output_embeddings)
+    check_specs(specs, schedule.initial, cost_weight)
+    runs: dict[str, list[Trace]] = {spec.text: [] for spec in specs}
+    refs: dict[str, list[Trace]] = {key: [] for key in REFERENCES}
+    ref_names: dict[str, set[str]] = {key: set() for key in REFERENCES}
+    wall = dict.fromkeys(runs, 0.0)
+    bar = tqdm(total=len(specs) * seeds * horizon, unit="round", disable=not progress, file=sys.stderr)
+    for seed in range(seeds):
+        draws = env.draw(seed)
+        for key, (name, trace) in reference_traces(env, draws).items():
+            refs[key].append(trace)
+            ref_names[key].add(name)
+        for spec in specs:
+            bar.set_description(f"{spec.text} seed {seed}")
+            policy = build_from_spec(spec, schedule.initial, seed, cost_weight)
+            start = time.perf_counter()
+            runs[spec.text].append(run_policy(policy, env, draws, max_calls=max_calls, progress=bar.update))
+            wall[spec.text] += time.perf_counter() - start
+    bar.close()
+    oracles = refs["oracle"]
+    report: dict[str, Any] = {
+        "dataset": str(dataset.path),
+        "description": dataset.description,
+        "horizon": horizon,
+        "seeds": seeds,
+        "lambda": float(cost_weight),
+        "success_threshold": threshold,
+        "embedder": "context" if dataset.contexts is not None else embedder,
+        "models": dataset.model_names,
+        "n_prompts": dataset.n_prompts,
+        "dropped_rows": dataset.dropped,
+        "token_estimates": dataset.token_estimates,
+        "arm_events": [{"model": e.model, "round": e.round, "action": e.action} for e in events],
+        "reference": {
+            key: summarise_reference("+".join(sorted(ref_names[key])), refs[key], oracles, cost_weight)
+            for key in REFERENCES
+        },
+        "policies": [
+            {**summarise_policy(spec.text, runs[spec.text], oracles, cost_weight), "wall_s": wall[spec.text]}
+            for spec in specs
+        ],
+    }
+    if dataset.notes:
+        report["notes"] = dataset.notes
+    return ReplayResult(report=report, runs=runs, references=refs)
+
+
+def _events(args: argparse.Namespace) -> list[ArmEvent]:
+    return [parse_arm_event(text, "add") for text in args.add_model] + [
+        parse_arm_event(text, "remove") for text in args.remove_model
+    ]
+
+
+def run_main(args: argparse.Namespace) -> int:
+    dataset = load_dataset(args.dataset)
+    if dataset.dropped:
+        print(f"dropped {dataset.dropped} rows without a reward for every model", file=sys.stderr)
+    specs = [parse_spec(text) for text in args.policy]
+    embeddings = dataset_embeddings(dataset, args.embedder, args.cache_dir, progress=not args.quiet)
+    result = replay(
+        dataset,
+        embeddings,
+        specs,
+        horizon=args.horizon,
+        seeds=args.seeds,
+        cost_weight=args.lam,
+        success_threshold=args.success_threshold,
+        events=_events(args),
+        max_calls=args.max_calls,
+        progress=not args.quiet,
+        embedder=args.embedder,
+    )
+    report = result.report
+    print(format_table(report))
+    for note, count in sorted(dataset.token_estimates.items()):
+        print(f"note: {count} (prompt, model) token counts estimated: {note}")
+    if dataset.notes:
+        print(f"note: {dataset.notes}")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+    if args.plots:
+        from bench.plots import write_plots
+
+        title = f"{Path(dataset.path).name}: T={args.horizon}, {args.seeds} seeds, lambda={args.lam}"
+        write_plots(
+            Path(args.plots), result.runs, result.references, result.references["oracle"], args.lam, title
+        )
+    return 0
+
+
+def add_subcommand(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "run",
+        help="replay policies on a dataset and report reward, cost, regret",
+        description=(
+            "Replay each policy on seeds 0..S-1 (T prompts drawn with replacement, the same draws for every "
+            "policy) against the best single model, the per-prompt oracle and uniform random. "
+            "Definitions and the JSON contract: docs/benchmarks.md."
+        ),
+    )
+    parser.add_argument("--dataset", required=True, help="directory with models.json and rows.jsonl")
+    parser.add_argument(
+        "--policy", action="append", required=True, metavar="SPEC", help="name[:key=value,...]; repeatable"
+    )
+    parser.add_argument("--horizon", type=int, required=True, help="rounds per seed (T)")
+    parser.add_argument("--seeds", type=int, default=10, help="seeds 0..S-1 (default 10)")
+    parser.add_argument(
+        "--lambda",
+        dest="lam",
+        type=float,
+        default=0.0,
+        help="reward units per USD (utility = reward - lambda * cost); cost-aware policies: cost_weight",
+    )
+    parser.add_argument("--json", help="write the JSON report here")
+    parser.add_argument("--plots", help="write regret.png, opr.png, cost.png into this directory")
+    parser.add_argument("--embedder", default="minilm", help="embedder name (default minilm)")
+    parser.add_argument("--cache-dir", type=Path, default=None, help="embedding cache (default see docs)")
+    parser.add_argument(
+        "--success-threshold",
+        type=float,
+        default=None,
+        help="a call succeeds at this reward (default midpoint)",
+    )
+    parser.add_argument("--max-calls", type=int, default=None, help="bound on calls of an adaptive cascade")
+    parser.add_argument("--add-model", action="append", default=[], metavar="NAME@ROUND")
+    parser.add_argument("--remove-model", action="append", default=[], metavar="NAME@ROUND")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.set_defaults(handler=run_main)

@@ -1,0 +1,263 @@
+"""Drive one policy through one seed's draws, only through the contract in ``routers/base.py``.
+
+Each round t: apply the model schedule (``add_arm`` / ``remove_arm``), build
+``Context(embedding, costs={available model: USD cost of one call on this prompt})``, time ``select``,
+then execute the Decision by its ``mode`` and send one ``Observation`` per call made:
+
+- ``single`` / ``mixture``: call ``arms[0]`` (kind ``bandit``).
+- ``cascade``: call ``arms`` in order until a call succeeds (kind ``cascade-step``). When ``adaptive``:
+  call ``arms[0]``, report it, then ``select`` again with ``Context(tried=...)`` until a success, an
+  empty decision or ``max_calls`` calls (default: the number of available models).
+- ``set``: ``info["reward_model"]`` (default ``awc``) says how the calls combine: ``awc`` calls in list
+  order and stops at the first success, the user gets the best reward seen; ``suc`` calls all and sums the
+  rewards; ``aic`` calls all and multiplies them (kind ``bandit``).
+- ``query``: the listed models not yet called this round are called too and reported with kind ``query``;
+  their cost is paid, their reward is not the user's.
+- an empty ``arms`` (the policy declines): reward = the low end of the reward range, cost 0, no call.
+
+A call succeeds when its sampled reward reaches the success threshold. Every Observation carries
+``extra = {"round", "step", "success", "final"}``; ``final`` marks the last call of the round's plan.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from time import perf_counter_ns
+from typing import Any
+
+import numpy as np
+
+from bench.replay_env import TIE_ATOL, TIE_RTOL, ReplayEnv, SeedDraws
+from bench.trace import Trace
+from routers.base import Context, Decision, Observation, Policy
+
+REWARD_MODELS = ("awc", "suc", "aic")
+
+
+class SimulationError(RuntimeError):
+    """A policy broke the contract (chose a model that is not available, an unknown mode, ...)."""
+
+
+class _Round:
+    """The calls of one round: pays for each, samples its reward and reports it to the policy."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        env: ReplayEnv,
+        draws: SeedDraws,
+        t: int,
+        embedding: np.ndarray,
+        costs: Mapping[str, float],
+    ) -> None:
+        self.policy, self.env, self.draws, self.t = policy, env, draws, t
+        self.embedding, self.costs = embedding, costs
+        self.called: dict[str, float] = {}
+        self.spent = 0.0
+        self.query_calls = 0
+        output = env.output_embeddings
+        self.outputs = None if output is None else output[int(draws.prompts[t])]
+
+    def call(self, arm: str, kind: Any, step: int, last: bool, stop_on_success: bool) -> float:
+        if arm not in self.costs:
+            raise SimulationError(
+                f"policy {self.policy.name!r} chose {arm!r} in round {self.t}; available: {list(self.costs)}"
+            )
+        if arm in self.called:
+            return self.called[arm]
+        k = self.env.index[arm]
+        reward = float(self.draws.rewards[self.t, k])
+        cost = float(self.draws.costs[self.t, k])
+        success = reward >= self.env.success_threshold
+        self.called[arm] = reward
+        self.spent += cost
+        self.query_calls += kind == "query"
+        self.policy.update(
+            Observation(
+                embedding=self.embedding,
+                arm=arm,
+                reward=reward,
+                cost=cost,
+                kind=kind,
+                output_embedding=None if self.outputs is None else self.outputs[k],
+                extra={
+                    "round": self.t,
+                    "step": step,
+                    "success": success,
+                    "final": last or (stop_on_success and success),
+                },
+            )
+        )
+        return reward
+
+    def cascade(self, arms: list[str], kind: Any) -> tuple[float, str]:
+        """Call in order until a success; the user gets the best reward seen (first among equals)."""
+        best, delivered = -math.inf, arms[0]
+        for step, arm in enumerate(arms):
+            reward = self.call(arm, kind, step, last=step == len(arms) - 1, stop_on_success=True)
+            if reward > best:
+                best, delivered = reward, arm
+            if reward >= self.env.success_threshold:
+                break
+        return best, delivered
+
+
+class RoundResult:
+    __slots__ = ("declined", "delivered", "reward", "success")
+
+    def __init__(self, reward: float, delivered: str | None, success: bool) -> None:
+        self.reward, self.delivered, self.success = reward, delivered, success
+        self.declined = delivered is None
+
+
+def _play(
+    policy: Policy,
+    decision: Decision,
+    game: _Round,
+    context: Context,
+    max_calls: int,
+    select_ns: list[int],
+) -> RoundResult:
+    env = game.env
+    threshold = env.success_threshold
+    if not decision.arms:
+        return RoundResult(env.dataset.reward_range[0], None, False)
+    mode = decision.mode
+    queries_follow = any(q not in decision.arms for q in decision.query)
+    if mode in ("single", "mixture"):
+        arm = decision.arms[0]
+        reward = game.call(arm, "bandit", 0, last=not queries_follow, stop_on_success=False)
+        result = RoundResult(reward, arm, reward >= threshold)
+    elif mode == "cascade" and decision.adaptive:
+        best, delivered = -math.inf, decision.arms[0]
+        step, current = 0, decision
+        while True:
+            arm = current.arms[0]
+            reward = game.call(arm, "cascade-step", step, step + 1 >= max_calls, stop_on_success=True)
+            if reward > best:
+                best, delivered = reward, arm
+            step += 1
+            if reward >= threshold or step >= max_calls:
+                break
+            retry = Context(
+                embedding=context.embedding,
+                costs=context.costs,
+                tried=tuple(game.called),
+                constraints=context.constraints,
+            )
+            start = perf_counter_ns()
+            current = policy.select(retry)
+            select_ns.append(perf_counter_ns() - start)
+            if not current.arms:
+                break
+        result = RoundResult(best, delivered, best >= threshold)
+    elif mode == "cascade":
+        best, delivered = game.cascade(list(decision.arms), "cascade-step")
+        result = RoundResult(best, delivered, best >= threshold)
+    elif mode == "set":
+        reward_model = decision.info.get("reward_model", "awc")
+        if reward_model not in REWARD_MODELS:
+            raise SimulationError(f"policy {policy.name!r}: unknown reward_model {reward_model!r}")
+        if reward_model == "awc":
+            best, delivered = game.cascade(list(decision.arms), "bandit")
+            result = RoundResult(best, delivered, best >= threshold)
+        else:
+            last = len(decision.arms) - 1
+            rewards = [
+                game.call(arm, "bandit", i, last=i == last and not queries_follow, stop_on_success=False)
+                for i, arm in enumerate(decision.arms)
+            ]
+            hits = [r >= threshold for r in rewards]
+            if reward_model == "suc":
+                result = RoundResult(float(sum(rewards)), decision.arms[0], any(hits))
+            else:
+                result = RoundResult(float(np.prod(rewards)), decision.arms[0], all(hits))
+    else:
+        raise SimulationError(f"policy {policy.name!r} returned unknown mode {mode!r}")
+    pending = [q for q in decision.query if q not in game.called]
+    for i, arm in enumerate(pending):
+        game.call(arm, "query", i, last=i == len(pending) - 1, stop_on_success=False)
+    return result
+
+
+def run_policy(
+    policy: Policy,
+    env: ReplayEnv,
+    draws: SeedDraws,
+    max_calls: int | None = None,
+    progress: Callable[[int], None] | None = None,
+    progress_every: int = 250,
+) -> Trace:
+    """Replay ``draws`` through ``policy`` (built with the schedule's initial models); see module doc."""
+    horizon = env.horizon
+    reward = np.empty(horizon)
+    cost = np.empty(horizon)
+    optimal = np.zeros(horizon, dtype=bool)
+    calls = np.empty(horizon, dtype=np.int64)
+    success = np.zeros(horizon, dtype=bool)
+    declined = np.zeros(horizon, dtype=bool)
+    select_ns: list[int] = []
+    query_rounds = query_calls = 0
+    budget: float | None = env.dataset.budget
+    constraints = {} if max_calls is None else {"max_calls": max_calls}
+    events = env.schedule.events
+    segment = draws.segment
+    prompts = draws.prompts
+    embeddings = env.embeddings
+    current_segment = -1
+    available: list[tuple[int, str]] = []
+    for t in range(horizon):
+        for event in events.get(t, ()):
+            if event.action == "add":
+                policy.add_arm(event.model)
+            else:
+                policy.remove_arm(event.model)
+        if segment[t] != current_segment:
+            current_segment = int(segment[t])
+            available = env.available[current_segment]
+        row_cost = draws.costs[t]
+        costs = {name: float(row_cost[k]) for k, name in available}
+        p = int(prompts[t])
+        context = Context(embedding=embeddings[p], costs=costs, constraints=constraints)
+        start = perf_counter_ns()
+        decision = policy.select(context)
+        select_ns.append(perf_counter_ns() - start)
+        game = _Round(policy, env, draws, t, embeddings[p], costs)
+        bound = max_calls if max_calls is not None else len(available)
+        result = _play(policy, decision, game, context, bound, select_ns)
+        declared = decision.info.get("budget") if decision.info else None
+        if declared is not None:
+            budget = float(declared)
+        reward[t] = result.reward
+        cost[t] = game.spent
+        calls[t] = len(game.called)
+        success[t] = result.success
+        declined[t] = result.declined
+        if result.delivered is not None:
+            k = env.index[result.delivered]
+            optimal[t] = env.utility[p, k] >= draws.best_utility[t] - _tolerance(draws.best_utility[t])
+        if game.query_calls:
+            query_rounds += 1
+            query_calls += game.query_calls
+        if progress is not None and (t + 1) % progress_every == 0:
+            progress(progress_every)
+    if progress is not None and horizon % progress_every:
+        progress(horizon % progress_every)
+    return Trace(
+        reward=reward,
+        cost=cost,
+        optimal=optimal,
+        calls=calls,
+        success=success,
+        declined=declined,
+        query_rounds=query_rounds,
+        query_calls=query_calls,
+        select_ns=np.asarray(select_ns, dtype=np.int64),
+        budget=budget,
+    )
+
+
+def _tolerance(best: float) -> float:
+    """The tie tolerance of ``replay_env.ties`` (atol + rtol * |best|)."""
+    return TIE_ATOL + TIE_RTOL * abs(best)

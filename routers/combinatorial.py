@@ -1,0 +1,415 @@
+"""C2MAB-V: cost-effective combinatorial selection of a set of models under a budget (Dai et al., 2024).
+
+Each round the policy picks a set S of at most (AWC) or exactly (SUC, AIC) N models. Per model k it keeps
+the mean observed reward mu_k and normalised cost c_k over the calls actually made (Eq. 6: only models
+that were called are updated), with the confidence radius of Lemma 1 (spec 3.1):
+
+    L_t = ln(2 pi^2 K t^3 / (3 delta)),   rad_k = sqrt(L_t / (2 n_k))   (+inf while n_k = 0)
+    mubar_k = min(muhat_k + alpha_mu rad_k, 1),   cbar_k = max(chat_k - alpha_c rad_k, 0)
+
+solves the relaxed problem of its reward model (``routers.relaxation``, Eq. 3-5) with the budget rho on
+cbar, and rounds the relaxed z to a set with E[1_S] = z (``routers.rounding``, Alg. 2 and 3). The budget
+therefore holds in expectation, not per round (spec 8.7). AWC is a cascade: the set is returned in
+cascade order (cheapest cbar first by default) and the caller stops at the first reward >=
+``success_threshold``.
+
+Costs: an observation's ``cost`` is USD; the policy normalises by a scale (spec 5.4, H1): ``cost_scale``
+if given, else the largest of ``prices``, else the running mean over rounds of the largest
+``Context.costs`` (the expected cost of the most expensive model), else the largest observed mean
+cost. The budget ``budget`` (rho) is therefore a fraction of the most expensive model's mean cost;
+``cost_normalization="none"`` uses costs as reported.
+
+Variants: ``batch_size`` B > 1 recomputes z every B rounds and re-rounds it each round (App. E.3, the
+asynchronous local-cloud variant); ``direct=True`` is C2MAB-V-Direct (Eq. 48, no rounding). The set
+baselines of the paper's Sec. 6 (CUCB, eps-greedy, Thompson sampling) are in ``routers.set_baselines``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+
+from routers.base import Context, Decision, Observation, PolicyBase, candidate_arms, require
+from routers.prices import validate_prices
+from routers.relaxation import (
+    awc_continuous_greedy,
+    awc_enumerate,
+    awc_vertex_count,
+    direct_enumerate,
+    linear_relaxation,
+)
+from routers.rounding import pairwise_round, swap_round
+
+REWARD_MODELS: tuple[str, ...] = ("awc", "suc", "aic")
+DEFAULT_BUDGET: dict[str, float] = {"awc": 0.45, "suc": 0.5, "aic": 0.3}  # the paper's Sec. 6 scenarios
+CASCADE_ORDERS: tuple[str, ...] = ("cost", "price", "reward")
+
+
+class SetBandit(PolicyBase):
+    """Shared plumbing of the set policies: per-model statistics, cost normalisation, the relaxed solve and
+    rounding, cascade order, state. Subclasses implement ``_choose``.
+
+    Hyperparameters: ``reward`` "awc" | "suc" | "aic"; ``max_models`` N (None: min(4, number of models));
+    ``budget`` rho in normalised cost units (None: the paper's 0.45 / 0.5 / 0.3); ``prices`` {model: USD}
+    (normalisation scale and the "price" cascade order); ``cost_scale`` USD (overrides the scale);
+    ``cost_normalization`` "max-price" | "none"; ``cascade_order`` "cost" | "price" | "reward";
+    ``success_threshold`` (0.5: a correct answer in the paper's graded rewards); ``solver`` "auto" |
+    "enumerate" | "greedy" for AWC (auto: enumeration while at most ``max_vertices`` vertices, else
+    continuous greedy with ``greedy_steps``); ``rounding`` "swap" | "pairwise" (None: swap for AWC,
+    pairwise for SUC/AIC); ``cost_weight`` is accepted and unused (the budget rho trades cost here).
+    """
+
+    cost_aware: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        arms: Sequence[str] = (),
+        seed: int | None = 0,
+        reward: Literal["awc", "suc", "aic"] = "awc",
+        max_models: int | None = None,
+        budget: float | None = None,
+        prices: Mapping[str, float] | None = None,
+        cost_scale: float | None = None,
+        cost_normalization: Literal["max-price", "none"] = "max-price",
+        cascade_order: Literal["cost", "price", "reward"] = "cost",
+        success_threshold: float = 0.5,
+        solver: Literal["auto", "enumerate", "greedy"] = "auto",
+        greedy_steps: int = 20,
+        max_vertices: int = 100_000,
+        rounding: Literal["swap", "pairwise"] | None = None,
+        cost_weight: float | None = None,
+    ) -> None:
+        super().__init__(arms, seed)
+        require(reward in REWARD_MODELS, f"reward must be one of {REWARD_MODELS}, got {reward!r}")
+        require(
+            max_models is None or (isinstance(max_models, int) and max_models >= 1),
+            f"max_models must be None or an int >= 1, got {max_models!r}",
+        )
+        require(
+            budget is None or (np.isfinite(budget) and budget >= 0), f"budget must be >= 0, got {budget!r}"
+        )
+        require(
+            cost_scale is None or (np.isfinite(cost_scale) and cost_scale > 0),
+            f"cost_scale must be None or > 0, got {cost_scale!r}",
+        )
+        require(
+            cost_normalization in ("max-price", "none"),
+            f"cost_normalization must be 'max-price' or 'none', got {cost_normalization!r}",
+        )
+        require(
+            cascade_order in CASCADE_ORDERS,
+            f"cascade_order must be one of {CASCADE_ORDERS}, got {cascade_order!r}",
+        )
+        require(
+            np.isfinite(success_threshold), f"success_threshold must be finite, got {success_threshold!r}"
+        )
+        require(
+            solver in ("auto", "enumerate", "greedy"), f"solver must be auto|enumerate|greedy, got {solver!r}"
+        )
+        require(
+            isinstance(greedy_steps, int) and greedy_steps >= 1,
+            f"greedy_steps must be an int >= 1, got {greedy_steps!r}",
+        )
+        require(
+            isinstance(max_vertices, int) and max_vertices >= 1,
+            f"max_vertices must be an int >= 1, got {max_vertices!r}",
+        )
+        require(
+            rounding in (None, "swap", "pairwise"),
+            f"rounding must be None, 'swap' or 'pairwise', got {rounding!r}",
+        )
+        require(
+            cost_weight is None or np.isfinite(cost_weight),
+            f"cost_weight must be finite, got {cost_weight!r}",
+        )
+        self.reward = reward
+        self.max_models = max_models
+        self.budget = DEFAULT_BUDGET[reward] if budget is None else float(budget)
+        self.prices = validate_prices(prices)
+        self.cost_scale = None if cost_scale is None else float(cost_scale)
+        self.cost_normalization = cost_normalization
+        self.cascade_order = cascade_order
+        self.success_threshold = float(success_threshold)
+        self.solver = solver
+        self.greedy_steps = greedy_steps
+        self.max_vertices = max_vertices
+        self.rounding = rounding or ("swap" if reward == "awc" else "pairwise")
+        self.config = {
+            "reward": reward,
+            "max_models": max_models,
+            "budget": self.budget,
+            "prices": dict(self.prices),
+            "cost_scale": self.cost_scale,
+            "cost_normalization": cost_normalization,
+            "cascade_order": cascade_order,
+            "success_threshold": self.success_threshold,
+            "solver": solver,
+            "greedy_steps": greedy_steps,
+            "max_vertices": max_vertices,
+            "rounding": self.rounding,
+            "cost_weight": cost_weight,
+        }
+        self.round = 0
+        self._stats: dict[str, list[float]] = {a: [0.0] * 4 for a in self._arms}  # sum r, n r, sum c, n c
+        self._scale_seen = [0.0, 0.0]  # sum and count of the largest Context.costs per round
+
+    # --- statistics ----------------------------------------------------------------------------------
+
+    def _on_add_arm(self, arm: str) -> None:
+        self._stats.setdefault(arm, [0.0, 0.0, 0.0, 0.0])
+
+    def _on_remove_arm(self, arm: str) -> None:
+        self._stats.pop(arm, None)
+
+    def set_size(self, k: int) -> int:
+        """N = ``max_models`` or min(4, number of models), capped at the k candidates."""
+        return min(self.max_models if self.max_models is not None else min(4, len(self._arms)), k)
+
+    def _scale(self, arms: Sequence[str], context: Context) -> float:
+        if self.cost_normalization == "none":
+            return 1.0
+        if self.cost_scale is not None:
+            return self.cost_scale
+        if self.prices:
+            return max(max(self.prices.values()), 1e-300)
+        if context.costs:
+            known = [float(context.costs[a]) for a in arms if a in context.costs]
+            if known and max(known) > 0:
+                self._scale_seen[0] += max(known)
+                self._scale_seen[1] += 1.0
+        if self._scale_seen[1] > 0:
+            return self._scale_seen[0] / self._scale_seen[1]
+        means = [s[2] / s[3] for s in self._stats.values() if s[3] > 0]
+        return max(means) if means and max(means) > 0 else 1.0
+
+    def estimates(self, arms: Sequence[str], scale: float) -> dict[str, np.ndarray]:
+        """muhat, n_mu, chat (normalised, clipped to [0, 1]), n_c for ``arms``."""
+        s = np.array([self._stats[a] for a in arms], dtype=np.float64).reshape(-1, 4)
+        return {
+            "mu": np.where(s[:, 1] > 0, s[:, 0] / np.maximum(s[:, 1], 1), 0.0),
+            "n_mu": s[:, 1],
+            "c": np.minimum(np.where(s[:, 3] > 0, s[:, 2] / np.maximum(s[:, 3], 1), 0.0) / scale, 1.0),
+            "n_c": s[:, 3],
+        }
+
+    def update(self, observation: Observation) -> None:
+        """Eq. 6 for the called model: running means of its reward and of its USD cost (each when given)."""
+        stats = self._stats.get(observation.arm)
+        if stats is None:
+            return
+        if observation.reward is not None:
+            stats[0] += float(observation.reward)
+            stats[1] += 1
+        if observation.cost is not None:
+            stats[2] += float(observation.cost)
+            stats[3] += 1
+
+    # --- solve and round -----------------------------------------------------------------------------
+
+    def relaxed(self, mu: np.ndarray, c: np.ndarray, n: int) -> tuple[np.ndarray, bool, str]:
+        """(z, fallback, solver used) for the reward model's relaxed problem (Eq. 3-5)."""
+        if self.reward == "awc":
+            enumerate_ok = awc_vertex_count(mu.shape[0], n) <= self.max_vertices
+            if self.solver == "enumerate" or (self.solver == "auto" and enumerate_ok):
+                return awc_enumerate(mu, c, n, self.budget), False, "enumerate"
+            return awc_continuous_greedy(mu, c, n, self.budget, self.greedy_steps), False, "greedy"
+        weights = mu if self.reward == "suc" else np.log(np.maximum(mu, 1e-12))
+        z, fallback = linear_relaxation(weights, mu, c, n, self.budget)
+        return z, fallback, "lp"
+
+    def round_set(self, z: np.ndarray, rng: np.random.Generator) -> list[int]:
+        return swap_round(z, rng) if self.rounding == "swap" else pairwise_round(z, rng)
+
+    def order(
+        self, chosen: list[int], arms: Sequence[str], mu: np.ndarray, c: np.ndarray, context: Context
+    ) -> list[int]:
+        """AWC cascade order: ascending cost LCB ("cost"), list price ("price"), or descending mubar
+        ("reward"); SUC/AIC sets are listed by descending mubar."""
+        if self.reward != "awc" or self.cascade_order == "reward":
+            return sorted(chosen, key=lambda i: (-mu[i], i))
+        if self.cascade_order == "price":
+            given = context.costs or {}
+            price = [float(given.get(a, self.prices.get(a, c[i]))) for i, a in enumerate(arms)]
+            return sorted(chosen, key=lambda i: (price[i], -mu[i], i))
+        return sorted(chosen, key=lambda i: (c[i], -mu[i], i))
+
+    def _choose(
+        self, arms: list[str], est: dict[str, np.ndarray], context: Context, rng: np.random.Generator
+    ) -> tuple[list[int], np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """(chosen indices, z, index mu, index c, info): implemented by each set policy."""
+        raise NotImplementedError
+
+    def select(self, context: Context) -> Decision:
+        """One round: the ordered set to call (``mode="set"``); see the module doc."""
+        self.round += 1
+        arms = candidate_arms(self._arms, context)
+        info: dict[str, Any] = {
+            "reward_model": self.reward,
+            "budget": self.budget,
+            "cascade": self.reward == "awc",
+            "success_threshold": self.success_threshold,
+            "round": self.round,
+        }
+        if not arms:
+            return Decision(arms=[], mode="set", info={**info, "reason": "no candidate arm"})
+        scale = self._scale(arms, context)
+        est = self.estimates(arms, scale)
+        chosen, z, mu_index, c_index, extra = self._choose(arms, est, context, self._rng(context))
+        ordered = self.order(chosen, arms, mu_index, c_index, context)
+        scores = {
+            a: {
+                "estimate": float(est["mu"][i]),
+                "bonus": float(mu_index[i] - est["mu"][i]),
+                "index": float(mu_index[i]),
+                "cost_estimate": float(est["c"][i]),
+                "cost_lcb": float(c_index[i]),
+                "z": float(z[i]),
+                "n": float(est["n_mu"][i]),
+            }
+            for i, a in enumerate(arms)
+        }
+        info.update(extra)
+        info.update(
+            {
+                "max_models": self.set_size(len(arms)),
+                "cost_scale": scale,
+                "z": {a: float(z[i]) for i, a in enumerate(arms)},
+            }
+        )
+        return Decision(arms=[arms[i] for i in ordered], scores=scores, mode="set", info=info)
+
+    def _state(self) -> dict[str, Any]:
+        return {
+            "round": self.round,
+            "stats": {a: list(s) for a, s in self._stats.items()},
+            "scale_seen": list(self._scale_seen),
+        }
+
+    def _load(self, learned: Mapping[str, Any]) -> None:
+        self.round = int(learned.get("round", 0))
+        self._stats = {a: [float(v) for v in s] for a, s in learned.get("stats", {}).items()}
+        self._scale_seen = [float(v) for v in learned.get("scale_seen", [0.0, 0.0])]
+        for arm in self._arms:
+            self._on_add_arm(arm)
+
+
+def require_confidence(alpha_reward: float, delta: float | None, horizon: int) -> None:
+    """Validate the UCB settings shared by C2MAB-V and CUCB."""
+    require(
+        np.isfinite(alpha_reward) and alpha_reward >= 0, f"alpha_reward must be >= 0, got {alpha_reward!r}"
+    )
+    require(isinstance(horizon, int) and horizon >= 1, f"horizon must be an int >= 1, got {horizon!r}")
+    require(
+        delta is None or (np.isfinite(delta) and 0 < delta <= 1), f"delta must be in (0, 1], got {delta!r}"
+    )
+
+
+def confidence_radius(n: np.ndarray, round_: int, num_arms: int, delta: float) -> np.ndarray:
+    """sqrt(ln(2 pi^2 K t^3 / (3 delta)) / (2 n)), +inf where n = 0 (Lemma 1)."""
+    big_l = math.log(2.0 * math.pi**2 * max(num_arms, 1) * float(round_) ** 3 / (3.0 * delta))
+    with np.errstate(divide="ignore"):
+        return np.where(n > 0, np.sqrt(big_l / (2.0 * np.maximum(n, 1))), np.inf)
+
+
+class C2MABV(SetBandit):
+    """C2MAB-V (Algorithm 1). Extra hyperparameters: ``alpha_reward`` alpha_mu (1.0), ``alpha_cost``
+    alpha_c (0.01; the paper's setting (1, 0.01) of Fig. 8), ``delta`` (None: 1 / ``horizon``),
+    ``horizon`` (10000), ``batch_size`` B (1), ``direct`` (False). See ``SetBandit`` for the rest."""
+
+    name: ClassVar[str] = "c2mab-v"
+
+    def __init__(
+        self,
+        arms: Sequence[str] = (),
+        seed: int | None = 0,
+        alpha_reward: float = 1.0,
+        alpha_cost: float = 0.01,
+        delta: float | None = None,
+        horizon: int = 10_000,
+        batch_size: int = 1,
+        direct: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(arms, seed, **kwargs)
+        require_confidence(alpha_reward, delta, horizon)
+        require(np.isfinite(alpha_cost) and alpha_cost >= 0, f"alpha_cost must be >= 0, got {alpha_cost!r}")
+        require(
+            isinstance(batch_size, int) and batch_size >= 1,
+            f"batch_size must be an int >= 1, got {batch_size!r}",
+        )
+        self.alpha_reward = float(alpha_reward)
+        self.alpha_cost = float(alpha_cost)
+        self.horizon = horizon
+        self.delta = 1.0 / horizon if delta is None else float(delta)
+        self.batch_size = batch_size
+        self.direct = bool(direct)
+        self.config.update(
+            {
+                "alpha_reward": self.alpha_reward,
+                "alpha_cost": self.alpha_cost,
+                "delta": delta,
+                "horizon": horizon,
+                "batch_size": batch_size,
+                "direct": self.direct,
+            }
+        )
+        self._cached: dict[str, Any] | None = None  # batch mode: the z in use, its arms and round
+
+    def bounds(self, est: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """(mubar, cbar): UCB on rewards and LCB on costs with the Lemma 1 radius (spec 3.1)."""
+        k = len(self._arms)
+        mu_bar = np.minimum(
+            est["mu"] + self.alpha_reward * confidence_radius(est["n_mu"], self.round, k, self.delta), 1.0
+        )
+        c_low = np.maximum(
+            est["c"] - self.alpha_cost * confidence_radius(est["n_c"], self.round, k, self.delta), 0.0
+        )
+        return mu_bar, c_low
+
+    def _choose(
+        self, arms: list[str], est: dict[str, np.ndarray], context: Context, rng: np.random.Generator
+    ) -> tuple[list[int], np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        mu_bar, c_low = self.bounds(est)
+        n = self.set_size(len(arms))
+        cached = self._cached
+        if (
+            cached is not None
+            and self.batch_size > 1
+            and cached["arms"] == arms
+            and self.round - int(cached["round"]) < self.batch_size
+        ):
+            z, fallback, how = (
+                np.asarray(cached["z"], dtype=np.float64),
+                bool(cached["fallback"]),
+                str(cached["solver"]),
+            )
+        else:
+            if self.direct:
+                z, fallback = direct_enumerate(self.reward, mu_bar, c_low, n, self.budget)
+                how = "direct"
+            else:
+                z, fallback, how = self.relaxed(mu_bar, c_low, n)
+            if self.batch_size > 1:
+                self._cached = {
+                    "arms": list(arms),
+                    "round": self.round,
+                    "z": z.copy(),
+                    "fallback": fallback,
+                    "solver": how,
+                }
+        chosen = [int(i) for i in np.flatnonzero(z > 0.5)] if self.direct else self.round_set(z, rng)
+        return chosen, z, mu_bar, c_low, {"fallback": fallback, "solver": how}
+
+    def _state(self) -> dict[str, Any]:
+        state = super()._state()
+        if self._cached is not None:
+            state["cached"] = {**self._cached, "z": np.asarray(self._cached["z"]).copy()}
+        return state
+
+    def _load(self, learned: Mapping[str, Any]) -> None:
+        super()._load(learned)
+        cached = learned.get("cached")
+        self._cached = None if cached is None else {**cached, "arms": list(cached["arms"])}

@@ -1,0 +1,317 @@
+"""PromptWise: a cost-aware adaptive cascade with logistic UCB (Hu et al., 2025, Algorithm 1).
+
+Per arm a, a disjoint logistic model of the success probability (``routers.logistic_fit``; the RBF kernel
+variant PromptWise-RBF in ``routers.kernel_logistic``). For a prompt x with per-call costs c_a (USD) and the
+cost weight lambda (``cost_weight``, reward units per USD):
+
+    q_a = sigma( x^T theta_a + alpha * ||x||_{V_a^{-1}} ),   V_a = gamma I + sum_s x_s x_s^T        (Eq. 6)
+    stop                    if max_a (q_a - lambda c_a) <= 0, or tau_max calls were made          (Alg. 1)
+    call  argmin_a c_a / q_a   otherwise (ties at random)
+
+The decision is adaptive: the caller calls ``arms[0]``, reports the outcome (kind ``cascade-step`` or
+``bandit``), and calls ``select`` again with the called models in ``Context.tried``. The failure is folded
+into the arm's model at the same prompt before the next decision (the inner-step update of Alg. 1), which
+lowers that arm's q_a and usually escalates to a stronger model. An empty ``arms`` means stop (also
+possible before the first call: the prompt is declined).
+
+Exploration phase (Alg. 1 lines 1-5): while a candidate arm has fewer than ``tau_exp`` observations, a step
+calls one uniformly chosen such arm once and stops. ``per_step_update=True`` is Algorithm 2: estimates stay
+frozen during a step and the step's observations are folded when it ends (on a success, or when the next
+step starts).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+from scipy.special import expit
+
+from routers.base import (
+    Context,
+    Decision,
+    Observation,
+    PolicyBase,
+    argmax_random_tie,
+    require,
+)
+from routers.kernel_logistic import RBFLogisticArm
+from routers.logistic_fit import LinearLogisticArm
+from routers.prices import call_costs, validate_prices
+
+ArmModel = LinearLogisticArm | RBFLogisticArm
+
+
+def cascade_candidates(known: Sequence[str], context: Context, allow_repeat: bool) -> list[str]:
+    """Known arms allowed by ``context.arms``; minus ``context.tried`` unless repeats are allowed."""
+    allowed = set(known) if context.arms is None else set(context.arms) & set(known)
+    tried = set() if allow_repeat else set(context.tried)
+    return [a for a in known if a in allowed and a not in tried]
+
+
+def require_cascade_settings(cost_weight: float, max_calls: int) -> None:
+    """Validate lambda and tau_max, shared by PromptWise and the cascade baselines."""
+    require(np.isfinite(cost_weight) and cost_weight >= 0, f"cost_weight must be >= 0, got {cost_weight!r}")
+    require(
+        isinstance(max_calls, int) and max_calls >= 1, f"max_calls must be an int >= 1, got {max_calls!r}"
+    )
+
+
+def call_budget(context: Context, default: int) -> int:
+    """tau_max: ``Context.constraints["max_calls"]`` when given, else the policy's ``max_calls``."""
+    value = context.constraints.get("max_calls", default)
+    require(
+        isinstance(value, int) and value >= 0, f"constraints.max_calls must be an int >= 0, got {value!r}"
+    )
+    return int(value)
+
+
+class PromptWise(PolicyBase):
+    """PromptWise (Alg. 1) and its variants. Hyperparameters:
+
+    ``cost_weight`` lambda (reward per USD, 0.05 in the paper); ``max_calls`` tau_max (5); ``prices``
+    {model: USD per call} used when ``Context.costs`` lacks an arm; ``alpha`` the UCB weight (None:
+    log(|A| / delta), recomputed as arms come and go); ``delta`` (0.05); ``ridge`` gamma (1.0);
+    ``tau_exp`` forced exploration pulls per arm (1); ``per_step_update`` Alg. 2 (False);
+    ``allow_repeat`` may re-call an arm already tried for the prompt (False: the contract's ``tried`` rule;
+    the paper allows it); ``update`` "online" (Laplace step + periodic exact refit) or "exact" (refit after
+    every observation); ``refit_growth`` (1.5) and ``max_history`` (20000) for the online schedule;
+    ``bias`` appends a constant feature, rescaled so ||x|| <= 1 (False, as the paper); ``dim``;
+    ``kernel`` "linear" or "rbf" with ``bandwidth`` sigma (1.0), ``kernel_reg`` alpha_reg (1.0),
+    ``max_points`` (256) and ``scale_rbf_bonus`` (multiply B(x) by alpha as the public code does; False).
+    """
+
+    name: ClassVar[str] = "promptwise"
+    cost_aware: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        arms: Sequence[str] = (),
+        seed: int | None = 0,
+        cost_weight: float = 0.05,
+        max_calls: int = 5,
+        prices: Mapping[str, float] | None = None,
+        alpha: float | None = None,
+        delta: float = 0.05,
+        ridge: float = 1.0,
+        tau_exp: int = 1,
+        per_step_update: bool = False,
+        allow_repeat: bool = False,
+        update: Literal["online", "exact"] = "online",
+        refit_growth: float = 1.5,
+        max_history: int = 20000,
+        bias: bool = False,
+        dim: int | None = None,
+        kernel: Literal["linear", "rbf"] = "linear",
+        bandwidth: float = 1.0,
+        kernel_reg: float = 1.0,
+        max_points: int = 256,
+        scale_rbf_bonus: bool = False,
+    ) -> None:
+        super().__init__(arms, seed)
+        finite = np.isfinite
+        require_cascade_settings(cost_weight, max_calls)
+        require(alpha is None or (finite(alpha) and alpha >= 0), f"alpha must be None or >= 0, got {alpha!r}")
+        require(finite(delta) and 0 < delta < 1, f"delta must be in (0, 1), got {delta!r}")
+        require(finite(ridge) and ridge > 0, f"ridge must be > 0, got {ridge!r}")
+        require(isinstance(tau_exp, int) and tau_exp >= 0, f"tau_exp must be an int >= 0, got {tau_exp!r}")
+        require(update in ("online", "exact"), f"update must be 'online' or 'exact', got {update!r}")
+        require(finite(refit_growth) and refit_growth > 1, f"refit_growth must be > 1, got {refit_growth!r}")
+        require(
+            isinstance(max_history, int) and max_history >= 0,
+            f"max_history must be an int >= 0, got {max_history!r}",
+        )
+        require(dim is None or (isinstance(dim, int) and dim > 0), f"dim must be a positive int, got {dim!r}")
+        require(kernel in ("linear", "rbf"), f"kernel must be 'linear' or 'rbf', got {kernel!r}")
+        require(finite(bandwidth) and bandwidth > 0, f"bandwidth must be > 0, got {bandwidth!r}")
+        require(finite(kernel_reg) and kernel_reg > 0, f"kernel_reg must be > 0, got {kernel_reg!r}")
+        require(
+            isinstance(max_points, int) and max_points >= 1,
+            f"max_points must be an int >= 1, got {max_points!r}",
+        )
+        self.cost_weight = float(cost_weight)
+        self.max_calls = max_calls
+        self.prices = validate_prices(prices)
+        self.alpha = None if alpha is None else float(alpha)
+        self.delta = float(delta)
+        self.ridge = float(ridge)
+        self.tau_exp = tau_exp
+        self.per_step_update = bool(per_step_update)
+        self.allow_repeat = bool(allow_repeat)
+        self.update_mode = update
+        self.refit_growth = float(refit_growth)
+        self.max_history = max_history
+        self.bias = bool(bias)
+        self.kernel = kernel
+        self.bandwidth = float(bandwidth)
+        self.kernel_reg = float(kernel_reg)
+        self.max_points = max_points
+        self.scale_rbf_bonus = bool(scale_rbf_bonus)
+        self.dim = dim
+        self.config = {
+            "cost_weight": self.cost_weight,
+            "max_calls": max_calls,
+            "prices": dict(self.prices),
+            "alpha": self.alpha,
+            "delta": self.delta,
+            "ridge": self.ridge,
+            "tau_exp": tau_exp,
+            "per_step_update": self.per_step_update,
+            "allow_repeat": self.allow_repeat,
+            "update": update,
+            "refit_growth": self.refit_growth,
+            "max_history": max_history,
+            "bias": self.bias,
+            "dim": dim,
+            "kernel": kernel,
+            "bandwidth": self.bandwidth,
+            "kernel_reg": self.kernel_reg,
+            "max_points": max_points,
+            "scale_rbf_bonus": self.scale_rbf_bonus,
+        }
+        self._models: dict[str, ArmModel] = {}
+        self._pending: list[tuple[str, np.ndarray, float]] = []  # Alg. 2: this step's observations
+        self._exploring: np.ndarray | None = None  # the prompt of the current exploration step
+        if dim is not None:
+            for arm in self._arms:
+                self._on_add_arm(arm)
+
+    # --- features and per-arm models ------------------------------------------------------------------
+
+    def _features(self, embedding: np.ndarray) -> np.ndarray:
+        x = np.asarray(embedding, dtype=np.float64).reshape(-1)
+        if self.dim is None:
+            self.dim = int(x.shape[0])
+            self.config["dim"] = self.dim
+            for arm in self._arms:
+                self._on_add_arm(arm)
+        require(x.shape == (self.dim,), f"context has dimension {x.shape}, expected ({self.dim},)")
+        return np.append(x, 1.0) / math.sqrt(2.0) if self.bias else x
+
+    def _new_model(self) -> ArmModel:
+        assert self.dim is not None
+        fdim = self.dim + int(self.bias)
+        if self.kernel == "rbf":
+            return RBFLogisticArm(fdim, self.kernel_reg, self.bandwidth, self.max_points)
+        return LinearLogisticArm(
+            fdim, self.ridge, self.update_mode == "exact", self.refit_growth, self.max_history
+        )
+
+    def _on_add_arm(self, arm: str) -> None:
+        if self.dim is not None and arm not in self._models:
+            self._models[arm] = self._new_model()
+
+    def _on_remove_arm(self, arm: str) -> None:
+        self._models.pop(arm, None)
+        self._pending = [p for p in self._pending if p[0] != arm]
+
+    def current_alpha(self) -> float:
+        """alpha = log(|A| / delta) unless set (the paper's experimental value, Sec. 5.1)."""
+        if self.alpha is not None:
+            return self.alpha
+        return math.log(max(len(self._arms), 1) / self.delta)
+
+    def explain(self, arm: str, x: np.ndarray, cost: float) -> dict[str, float]:
+        """estimate sigma(x^T theta), bonus alpha ||x||_{V^-1} (logit units),
+        q = sigma(logit + bonus) (Eq. 6), gain q - lambda c,
+        index 1 - lambda c / q (argmax index = argmin c / q)."""
+        model = self._models[arm]
+        logit, width = model.logit(x)
+        alpha = self.current_alpha()
+        bonus = width * (alpha if (self.kernel == "linear" or self.scale_rbf_bonus) else 1.0)
+        q = float(expit(logit + bonus))
+        lc = self.cost_weight * cost
+        return {
+            "estimate": float(expit(logit)),
+            "bonus": bonus,
+            "q": q,
+            "cost": cost,
+            "gain": q - lc,
+            "index": 1.0 - lc / q if q > 0 else -math.inf,
+            "n": float(model.n),
+        }
+
+    # --- the contract ------------------------------------------------------------------------------------
+
+    def select(self, context: Context) -> Decision:
+        """One step of the cascade: the next arm to call, or ``arms=[]`` to stop (see the module doc)."""
+        x = self._features(context.embedding)
+        if self._pending and (not context.tried or not np.array_equal(self._pending[0][1], x)):
+            self._flush()
+        calls = len(context.tried)
+        stop: dict[str, Any] = {"mode": "cascade", "adaptive": True}
+        exploring, self._exploring = self._exploring, None
+        if calls > 0 and exploring is not None and np.array_equal(exploring, x):
+            # the exploration phase pulls one arm once per step, then moves on
+            return Decision(arms=[], info={"reason": "exploration step done", "calls": calls}, **stop)
+        if calls >= call_budget(context, self.max_calls):
+            return Decision(arms=[], info={"reason": "max_calls", "calls": calls}, **stop)
+        arms = cascade_candidates(self._arms, context, self.allow_repeat)
+        if not arms:
+            return Decision(arms=[], info={"reason": "no candidate arm", "calls": calls}, **stop)
+        rng = self._rng(context)
+        unexplored = [a for a in arms if self._models[a].n + self._pending_count(a) < self.tau_exp]
+        if unexplored and calls == 0:
+            chosen = unexplored[int(rng.integers(len(unexplored)))]
+            self._exploring = x.copy()
+            return Decision(arms=[chosen], info={"phase": "explore", "calls": calls}, **stop)
+        costs = call_costs(arms, context, self.prices)
+        scores = {a: self.explain(a, x, float(c)) for a, c in zip(arms, costs, strict=True)}
+        if max(s["gain"] for s in scores.values()) <= 0:
+            return Decision(
+                arms=[], scores=scores, info={"reason": "no arm worth its cost", "calls": calls}, **stop
+            )
+        index = np.array([scores[a]["index"] for a in arms])
+        chosen = arms[argmax_random_tie(index, rng)]
+        return Decision(arms=[chosen], scores=scores, info={"phase": "exploit", "calls": calls}, **stop)
+
+    def _pending_count(self, arm: str) -> int:
+        return sum(1 for p in self._pending if p[0] == arm)
+
+    def update(self, observation: Observation) -> None:
+        """Fold one call's outcome r in [0, 1] (``bandit`` or ``cascade-step``; a ``query`` too) into the
+        arm's model at this prompt. Under ``per_step_update`` it waits for the step to end."""
+        if observation.reward is None or observation.arm not in self._arms:
+            return
+        x = self._features(observation.embedding)
+        r = min(max(float(observation.reward), 0.0), 1.0)
+        if not self.per_step_update:
+            self._models[observation.arm].observe(x, r)
+            return
+        self._pending.append((observation.arm, x, r))
+        if r >= 1.0:  # a success ends the step
+            self._flush()
+
+    def _flush(self) -> None:
+        pending, self._pending = self._pending, []
+        for arm, x, r in pending:
+            if arm in self._models:
+                self._models[arm].observe(x, r)
+
+    def _state(self) -> dict[str, Any]:
+        return {
+            "dim": self.dim,
+            "models": {a: m.state() for a, m in self._models.items()},
+            "pending": [{"arm": a, "x": x.copy(), "r": r} for a, x, r in self._pending],
+            "exploring": None if self._exploring is None else self._exploring.copy(),
+        }
+
+    def _load(self, learned: Mapping[str, Any]) -> None:
+        if learned.get("dim") is None:
+            return
+        self.dim = int(learned["dim"])
+        self.config["dim"] = self.dim
+        self._models = {}
+        for arm, state in learned["models"].items():
+            model = self._new_model()
+            model.load(state)
+            self._models[arm] = model
+        for arm in self._arms:
+            self._on_add_arm(arm)
+        exploring = learned.get("exploring")
+        self._exploring = None if exploring is None else np.array(exploring, dtype=np.float64)
+        self._pending = [
+            (p["arm"], np.array(p["x"], dtype=np.float64), float(p["r"])) for p in learned["pending"]
+        ]

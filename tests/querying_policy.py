@@ -1,0 +1,58 @@
+"""A test double for the active-learning policies: LinUCB with their query-budget hyperparameters
+(``budget`` ratio, ``horizon``, ``max_queries``) that asks for every other arm's reward on every
+``every``-th decision until the budget is spent. Lets the stats and the dashboard be tested on query
+rounds before a real active-learning policy is registered.
+
+``create_app`` registers it as ``linucb-querying`` and builds the gateway (``uvicorn --factory
+tests.querying_policy:create_app``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from fastapi import FastAPI
+
+from app.main import create_app as create_gateway
+from routers.base import Context, Decision
+from routers.linear import LinUCB
+from routers.registry import POLICIES
+
+NAME = "linucb-querying"
+
+
+class QueryingLinUCB(LinUCB):
+    def __init__(
+        self,
+        arms: Sequence[str] = (),
+        seed: int | None = 0,
+        budget: float = 0.2,
+        horizon: int | None = None,
+        max_queries: int | None = None,
+        every: int = 4,
+        **hp: Any,
+    ) -> None:
+        super().__init__(arms, seed, **hp)
+        self.config.update(budget=budget, horizon=horizon, max_queries=max_queries, every=every)
+        self.cap = (
+            max_queries
+            if max_queries is not None
+            else (math.floor(budget * horizon) if horizon is not None else None)
+        )
+        self.every, self.selections, self.queries = every, 0, 0
+
+    def select(self, context: Context) -> Decision:
+        decision = super().select(context)
+        self.selections += 1
+        if self.selections % self.every or (self.cap is not None and self.queries >= self.cap):
+            return decision
+        self.queries += 1
+        return replace(decision, query=[a for a in self.arms if a not in decision.arms])
+
+
+def create_app() -> FastAPI:
+    POLICIES[NAME] = QueryingLinUCB
+    return create_gateway()
