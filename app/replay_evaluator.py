@@ -3,7 +3,8 @@
 For each row (in a seeded random order, cycling when ``limit`` exceeds the rows) it sends the prompt to
 the gateway's ``POST /v1/chat/completions`` (so the gateway routes and forwards, normally to replay
 backends), reads the decision id and the answering model from the response headers, and posts that
-model's logged reward to ``POST /feedback``: the value, or one of its samples drawn at random. Every
+model's logged reward to ``POST /feedback/batch``: the value, or one of its samples drawn at random,
+together with a ``query`` reward for every model the policy asked about (``x-banditgate-query``). Every
 ``block`` rows it prints the block's mean reward next to the best single model's and the per-prompt
 oracle's (both from the logged mean rewards), how often the model with the row's best mean reward
 answered, each model's share and the cost the gateway reported.
@@ -68,6 +69,7 @@ class Summary:
     models: Counter[str]
     errors: int
     choices: list[tuple[str, str]] = field(default_factory=list)  # (row id, model that answered)
+    queries: int = 0  # query (active-learning) rewards posted
 
 
 async def run_evaluator(
@@ -93,6 +95,7 @@ async def run_evaluator(
     models: Counter[str] = Counter()
     lines: list[str] = []
     errors = 0
+    queries = 0
     choices: list[tuple[str, str]] = []
     current = Block()
     start = 1
@@ -113,12 +116,21 @@ async def run_evaluator(
             choices.append((str(row.get("id")), model))
             current.cost += float(response.headers.get("x-banditgate-cost-usd", 0.0))
             reward = draw_reward(row["rewards"].get(model), rng)
+            events: list[dict[str, Any]] = []
             if reward is not None:
-                feedback = {"decision_id": decision_id, "model": model, "reward": reward}
-                sent = await client.post("/feedback", json=feedback, headers=headers)
-                sent.raise_for_status()
+                events.append({"decision_id": decision_id, "model": model, "reward": reward})
                 current.rewards.append(reward)
                 all_rewards.append(reward)
+            for probe in filter(None, response.headers.get("x-banditgate-query", "").split(",")):
+                probe_reward = draw_reward(row["rewards"].get(probe), rng)
+                if probe != model and probe_reward is not None:
+                    events.append(
+                        {"decision_id": decision_id, "model": probe, "kind": "query", "reward": probe_reward}
+                    )
+                    queries += 1
+            if events:
+                sent = await client.post("/feedback/batch", json={"events": events}, headers=headers)
+                sent.raise_for_status()
             for m, v in known.items():
                 current.best_single.setdefault(m, []).append(v)
             if known:
@@ -129,4 +141,4 @@ async def run_evaluator(
             echo(lines[-1])
             current, start = Block(), n + 1
     mean = float(np.mean(all_rewards)) if all_rewards else math.nan
-    return Summary(total, mean, lines, models, errors, choices)
+    return Summary(total, mean, lines, models, errors, choices, queries)

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from app import forwarding
 from app.deps import Ctx, CurrentTenant, Session
 from app.jsonable import jsonable
-from app.schemas import RouteRequest
+from app.schemas import RouteRequest, RouteResponse
 
 router = APIRouter(prefix="/v1", tags=["OpenAI-compatible"])
 
@@ -47,10 +47,14 @@ def route_request(body: dict[str, Any], **text: Any) -> RouteRequest:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, jsonable(errors)) from exc
 
 
-def _headers(decision_id: str, backend: str, cost: float | None = None) -> dict[str, str]:
-    headers = {"x-banditgate-decision-id": decision_id, "x-banditgate-model": backend}
+def _headers(route: RouteResponse, backend: str, cost: float | None = None) -> dict[str, str]:
+    """``x-banditgate-query`` lists the models whose rewards the policy asks for too (active learning);
+    the gateway does not call them: an evaluator that can judge them posts ``kind: query`` feedback."""
+    headers = {"x-banditgate-decision-id": route.decision_id, "x-banditgate-model": backend}
     if cost is not None:
         headers["x-banditgate-cost-usd"] = f"{cost:.10g}"
+    if route.query:
+        headers["x-banditgate-query"] = ",".join(route.query)
     return headers
 
 
@@ -65,7 +69,7 @@ async def chat_completions(body: OpenAIBody, ctx: Ctx, session: Session, tenant:
         return StreamingResponse(
             stream.events,
             media_type="text/event-stream",
-            headers=_headers(stream.route.decision_id, stream.target.name),
+            headers=_headers(stream.route, stream.target.name),
         )
     done = await forwarding.forward_json(ctx, session, tenant, request, body)
     return answer(done, "choices")
@@ -77,7 +81,7 @@ def answer(done: forwarding.Forwarded, items: str) -> JSONResponse:
     ``model`` and ``x-banditgate-model`` list the members that answered, the cost is their sum."""
     if done.members is None:
         payload = {**done.payload, "model": done.target.name}
-        return JSONResponse(payload, headers=_headers(done.route.decision_id, done.target.name, done.cost))
+        return JSONResponse(payload, headers=_headers(done.route, done.target.name, done.cost))
     merged: list[Any] = []
     names: list[str] = []
     for member in done.members:
@@ -92,7 +96,7 @@ def answer(done: forwarding.Forwarded, items: str) -> JSONResponse:
     model = ",".join(names)
     cost = sum(m.cost or 0.0 for m in done.members)
     payload = {**done.payload, items: merged, "model": model}
-    return JSONResponse(payload, headers=_headers(done.route.decision_id, model, cost))
+    return JSONResponse(payload, headers=_headers(done.route, model, cost))
 
 
 @router.post("/images/generations", response_model=None)

@@ -4,18 +4,24 @@ gateway forwarding to it, and the router learning which model suits which topic.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import httpx2
 import openai
 import pytest
+from sqlalchemy import select
 
 from app.demo_dataset import TOPICS, write_demo_dataset
 from app.main import create_app
 from app.replay_backends import load_dataset, replay_app
 from app.replay_evaluator import run_evaluator
 from app.store.migrate import upgrade
+from app.store.models import FeedbackEvent
+from routers.registry import POLICIES
 from tests.conftest import Stack, admin_headers, running
+from tests.querying_policy import NAME as QUERYING
+from tests.querying_policy import QueryingLinUCB
 from tests.served import served
 
 
@@ -128,3 +134,39 @@ async def test_model_names_with_slashes_and_logged_token_counts(tmp_path: Path) 
     assert answer.model == model and answer.usage is not None
     assert (answer.usage.prompt_tokens, answer.usage.completion_tokens) == (11, 3)
     assert answer.choices[0].message.content == f"[{model}] replayed answer to row r1"
+
+
+async def test_the_evaluator_answers_active_learning_queries(
+    dataset_dir: Path, fresh_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A policy that asks for the other arm's reward on every 4th decision: the gateway names it in
+    ``x-banditgate-query`` and the evaluator posts its logged reward as ``query`` feedback."""
+    monkeypatch.setitem(POLICIES, QUERYING, QueryingLinUCB)
+    async with served(replay_app(load_dataset(dataset_dir))) as replay_url:
+        app = create_app(Stack("sqlite", fresh_db, None).settings())
+        async with running(app) as client:
+            for name in ("demo-small", "demo-large"):
+                backend = {"name": name, "base_url": f"{replay_url}/{name}/v1"}
+                assert (
+                    await client.post("/admin/backends", json=backend, headers=admin_headers())
+                ).status_code == 201
+            assert (
+                await client.post("/admin/tenants", json={"name": "q"}, headers=admin_headers())
+            ).status_code == 201
+            key = (await client.post("/admin/tenants/q/keys", json={}, headers=admin_headers())).json()["key"]
+            router = {
+                "name": "q",
+                "policy": QUERYING,
+                "arms": ["demo-small", "demo-large"],
+                "is_default": True,
+            }
+            assert (
+                await client.post("/admin/tenants/q/routers", json=router, headers=admin_headers())
+            ).status_code == 201
+            summary = await run_evaluator(
+                client, key, load_dataset(dataset_dir), limit=20, echo=lambda _: None
+            )
+            async with app.state.ctx.sessionmaker() as session:
+                kinds = Counter((await session.scalars(select(FeedbackEvent.kind))).all())
+    # every=4: decisions 4, 8, ..., 20 ask about the arm not chosen.
+    assert summary.queries == 5 and kinds == {"bandit": 20, "cost": 20, "query": 5}
