@@ -49,6 +49,12 @@ def oracle_table(utility: np.ndarray, cost: np.ndarray, mask: np.ndarray) -> Ora
     return OracleTable(choice=choice, best_utility=best, best_single=best_single)
 
 
+def normalisation_scale(cost: np.ndarray) -> float:
+    """max_k mean_p cost[p, k] (USD), so that the most expensive model's mean cost is 1 (spec 5.4, H1)."""
+    scale = float(cost.mean(axis=0).max()) if cost.size else 0.0
+    return scale if scale > 0 else 1.0
+
+
 @dataclass(frozen=True)
 class SeedDraws:
     """What one seed fixes: prompts (T,), realized rewards and costs of every model (T, K), the
@@ -74,8 +80,11 @@ class ReplayEnv:
         cost_weight: float,
         success_threshold: float,
         output_embeddings: np.ndarray | None = None,
+        run_budget: float | None = None,
     ) -> None:
         self.dataset = dataset
+        # per-round budget in USD for rows that declare none (references, non-set policies)
+        self.run_budget = dataset.budget if run_budget is None else float(run_budget)
         self.embeddings = np.ascontiguousarray(embeddings, dtype=np.float32)
         self.schedule = schedule
         self.cost_weight = float(cost_weight)
@@ -89,6 +98,11 @@ class ReplayEnv:
         self.available = [
             [(int(k), self.models[int(k)]) for k in np.flatnonzero(mask)] for mask in schedule.masks
         ]
+
+    @property
+    def cost_scale(self) -> float:
+        """USD of one normalised cost unit (C2MAB-V spec 5.4, H1): the largest mean cost of a model."""
+        return normalisation_scale(self.dataset.cost)
 
     @property
     def horizon(self) -> int:

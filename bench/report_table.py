@@ -19,7 +19,22 @@ COLUMNS = (
 )
 
 
-def _cells(label: str, row: Mapping[str, Any]) -> list[str]:
+BUDGET_COLUMNS = ("violation", "reward/viol")
+
+
+def _budget_cells(row: Mapping[str, Any]) -> list[str]:
+    if "violation" not in row:
+        return ["-", "-"]
+    ratio = row.get("reward_per_violation")
+    return [f"{row['violation']:.6f}", "inf" if ratio is None else f"{ratio:.1f}"]
+
+
+def _has_budget(report: Mapping[str, Any]) -> bool:
+    rows = list(report["reference"].values()) + list(report["policies"])
+    return any("violation" in row for row in rows)
+
+
+def _cells(label: str, row: Mapping[str, Any], budget: bool = False) -> list[str]:
     def opt(key: str, fmt: str) -> str:
         return fmt.format(row[key]) if key in row else "-"
 
@@ -34,17 +49,19 @@ def _cells(label: str, row: Mapping[str, Any]) -> list[str]:
         f"{row['calls_per_round']:.2f}",
         opt("queries", "{:.1f}"),
         opt("select_ms_p50", "{:.3f}"),
-    ]
+    ] + (_budget_cells(row) if budget else [])
 
 
 def format_table(report: Mapping[str, Any]) -> str:
-    """Fixed-width table of ``report["reference"]`` then ``report["policies"]``."""
-    lines = [list(COLUMNS)]
+    """Fixed-width table of ``report["reference"]`` then ``report["policies"]`` (plus violation and
+    reward per violation in USD when some row was judged against a budget)."""
+    budget = _has_budget(report)
+    lines = [list(COLUMNS) + (list(BUDGET_COLUMNS) if budget else [])]
     for key, row in report["reference"].items():
-        lines.append(_cells(f"{key} ({row['name']})", row))
+        lines.append(_cells(f"{key} ({row['name']})", row, budget))
     for row in report["policies"]:
-        lines.append(_cells(row["spec"], row))
-    widths = [max(len(line[i]) for line in lines) for i in range(len(COLUMNS))]
+        lines.append(_cells(row["spec"], row, budget))
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
     rendered = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)) for line in lines]
     rendered.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(rendered)
@@ -52,9 +69,10 @@ def format_table(report: Mapping[str, Any]) -> str:
 
 def format_markdown(report: Mapping[str, Any]) -> str:
     """The same table as GitHub markdown (for docs)."""
-    header = list(COLUMNS)
-    rows = [_cells(f"{key} ({row['name']})", row) for key, row in report["reference"].items()]
-    rows += [_cells(f"`{row['spec']}`", row) for row in report["policies"]]
+    budget = _has_budget(report)
+    header = list(COLUMNS) + (list(BUDGET_COLUMNS) if budget else [])
+    rows = [_cells(f"{key} ({row['name']})", row, budget) for key, row in report["reference"].items()]
+    rows += [_cells(f"`{row['spec']}`", row, budget) for row in report["policies"]]
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     out += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(out)

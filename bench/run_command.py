@@ -20,16 +20,23 @@ import numpy as np
 from tqdm import tqdm
 
 from bench.arm_schedule import ArmEvent, build_schedule, parse_arm_event
+from bench.cascade_reference import cascade_plans, oracle_cascade_trace
 from bench.dataset import Dataset, load_dataset
 from bench.embedding_cache import embed_prompts
 from bench.metrics import summarise_policy, summarise_reference
 from bench.policy_spec import PolicySpec, build_from_spec, check_specs, parse_spec
-from bench.replay_env import ReplayEnv
+from bench.replay_env import ReplayEnv, normalisation_scale
 from bench.report_table import format_table
+from bench.set_oracle import SetProblem, oracle_set_trace, set_problem
 from bench.simulator import run_policy
 from bench.trace import Trace, reference_traces
+from routers.base import Policy
+from routers.cascade_baselines import GreedyTillSucceed, HighestCost, LowestCost, RandomTillSucceed
+from routers.combinatorial import SetBandit
+from routers.logistic_ucb import PromptWise
 
 REFERENCES = ("best_single", "oracle", "random")
+CASCADE_POLICIES = (PromptWise, RandomTillSucceed, GreedyTillSucceed, LowestCost, HighestCost)
 
 
 @dataclass
@@ -61,21 +68,34 @@ def replay(
     progress: bool = True,
     embedder: str = "",
     output_embeddings: np.ndarray | None = None,
+    budget: float | None = None,
 ) -> ReplayResult:
     """Run every spec on seeds 0..seeds-1 and the references on the same draws; build the report.
 
     ``output_embeddings`` (P, K, d), when given, is sent with each call's Observation (output-aware
-    policies such as mixtures)."""
+    policies such as mixtures). ``budget`` (``--budget``) is the run's rho in normalised cost units (the
+    most expensive model's mean cost = 1, C2MAB-V spec 5.4 H1); see ``run_budget`` for the precedence."""
     if horizon < 1 or seeds < 1:
         raise ValueError("horizon and seeds must be >= 1")
     lo, hi = dataset.reward_range
     threshold = (lo + hi) / 2 if success_threshold is None else float(success_threshold)
     schedule = build_schedule(dataset.model_names, events, horizon)
-    env = ReplayEnv(dataset, embeddings, schedule, cost_weight, threshold, output_embeddings)
-    check_specs(specs, schedule.initial, cost_weight)
+    probes = [build_from_spec(spec, schedule.initial, 0, cost_weight) for spec in specs]
+    scale = normalisation_scale(dataset.cost)
+    problems = [set_problem(p, len(schedule.initial), scale) for p in probes if isinstance(p, SetBandit)]
+    usd, source = run_budget(budget, scale, dataset.budget, problems)
+    env = ReplayEnv(dataset, embeddings, schedule, cost_weight, threshold, output_embeddings, usd)
+    extra_refs = []
+    plans: list[list[list[int]]] = []
+    if problems:
+        extra_refs.append("oracle_set")
+    if max_calls is not None or any(is_cascade(p) for p in probes):
+        extra_refs.append("oracle_cascade")
+        plans = cascade_plans(env, max_calls)
+    keys = REFERENCES + tuple(extra_refs)
     runs: dict[str, list[Trace]] = {spec.text: [] for spec in specs}
-    refs: dict[str, list[Trace]] = {key: [] for key in REFERENCES}
-    ref_names: dict[str, set[str]] = {key: set() for key in REFERENCES}
+    refs: dict[str, list[Trace]] = {key: [] for key in keys}
+    ref_names: dict[str, set[str]] = {key: set() for key in keys}
     wall = dict.fromkeys(runs, 0.0)
     bar = tqdm(total=len(specs) * seeds * horizon, unit="round", disable=not progress, file=sys.stderr)
     for seed in range(seeds):
@@ -83,6 +103,13 @@ def replay(
         for key, (name, trace) in reference_traces(env, draws).items():
             refs[key].append(trace)
             ref_names[key].add(name)
+        if "oracle_set" in refs:
+            name, trace = oracle_set_trace(env, draws, problems[0])
+            refs["oracle_set"].append(trace)
+            ref_names["oracle_set"].add(name)
+        if "oracle_cascade" in refs:
+            refs["oracle_cascade"].append(oracle_cascade_trace(env, draws, plans))
+            ref_names["oracle_cascade"].add("oracle cascade")
         for spec in specs:
             bar.set_description(f"{spec.text} seed {seed}")
             policy = build_from_spec(spec, schedule.initial, seed, cost_weight)
@@ -104,18 +131,56 @@ def replay(
         "dropped_rows": dataset.dropped,
         "token_estimates": dataset.token_estimates,
         "arm_events": [{"model": e.model, "round": e.round, "action": e.action} for e in events],
+        "cost_scale_usd": scale,
+        "run_budget": {
+            "usd": usd,
+            "rho": None if usd is None else usd / scale,
+            "source": source,
+        },
+        "max_calls": max_calls,
         "reference": {
             key: summarise_reference("+".join(sorted(ref_names[key])), refs[key], oracles, cost_weight)
-            for key in REFERENCES
+            for key in keys
         },
         "policies": [
-            {**summarise_policy(spec.text, runs[spec.text], oracles, cost_weight), "wall_s": wall[spec.text]}
+            {
+                **summarise_policy(spec.text, runs[spec.text], oracles, cost_weight),
+                "wall_s": wall[spec.text],
+                "success_threshold": _last_threshold(runs[spec.text], threshold),
+            }
             for spec in specs
         ],
     }
     if dataset.notes:
         report["notes"] = dataset.notes
     return ReplayResult(report=report, runs=runs, references=refs)
+
+
+def run_budget(
+    rho: float | None, scale: float, dataset_budget: float | None, problems: list[SetProblem]
+) -> tuple[float | None, str]:
+    """(per-round budget in USD for the rows that declare none, where it came from): ``--budget`` rho
+    times the dataset's scale, else the dataset's ``budget`` (USD), else the first set policy's rho in USD
+    (so that the references and the non-set baselines are judged against the same budget), else none."""
+    if rho is not None:
+        if not rho >= 0:
+            raise ValueError(f"--budget must be >= 0, got {rho!r}")
+        return float(rho) * scale, "--budget"
+    if dataset_budget is not None:
+        return float(dataset_budget), "dataset"
+    if problems:
+        return problems[0].budget_usd, "set policy"
+    return None, "none"
+
+
+def is_cascade(policy: Policy) -> bool:
+    """Whether a policy plays a cascade (then the report adds the cascade oracle)."""
+    return isinstance(policy, CASCADE_POLICIES)
+
+
+def _last_threshold(traces: Sequence[Trace], default: float) -> float:
+    values = [t.success_threshold for t in traces if t.success_threshold is not None]
+    return float(values[-1]) if values else default
 
 
 def _events(args: argparse.Namespace) -> list[ArmEvent]:
@@ -129,6 +194,8 @@ def run_main(args: argparse.Namespace) -> int:
     if dataset.dropped:
         print(f"dropped {dataset.dropped} rows without a reward for every model", file=sys.stderr)
     specs = [parse_spec(text) for text in args.policy]
+    # build every policy once before the (possibly minutes long) embedding, so a bad spec fails at once
+    check_specs(specs, build_schedule(dataset.model_names, _events(args), args.horizon).initial, args.lam)
     embeddings = dataset_embeddings(dataset, args.embedder, args.cache_dir, progress=not args.quiet)
     result = replay(
         dataset,
@@ -142,6 +209,7 @@ def run_main(args: argparse.Namespace) -> int:
         max_calls=args.max_calls,
         progress=not args.quiet,
         embedder=args.embedder,
+        budget=args.budget,
     )
     report = result.report
     print(format_table(report))
@@ -193,7 +261,15 @@ def add_subcommand(subparsers: Any) -> None:
         "--success-threshold",
         type=float,
         default=None,
-        help="a call succeeds at this reward (default midpoint)",
+        help="a call succeeds at this reward (default midpoint); a Decision's info['success_threshold'] wins",
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        metavar="RHO",
+        help="per-round budget rho for rows that declare none, as a fraction of the most expensive model's "
+        "mean cost (default: the dataset's budget, else the first set policy's rho)",
     )
     parser.add_argument("--max-calls", type=int, default=None, help="bound on calls of an adaptive cascade")
     parser.add_argument("--add-model", action="append", default=[], metavar="NAME@ROUND")

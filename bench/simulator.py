@@ -15,7 +15,12 @@ then execute the Decision by its ``mode`` and send one ``Observation`` per call 
   their cost is paid, their reward is not the user's.
 - an empty ``arms`` (the policy declines): reward = the low end of the reward range, cost 0, no call.
 
-A call succeeds when its sampled reward reaches the success threshold. Every Observation carries
+A call succeeds when its sampled reward reaches the success threshold: the Decision's
+``info["success_threshold"]`` when it declares one (a policy's own stopping rule, e.g. C2MAB-V's AWC),
+else the run's (``--success-threshold``, default the midpoint of the reward range). A Decision's
+``info["budget"]`` is the round's per-round budget; when ``info["cost_scale"]`` is declared too the budget
+is in units of that many USD (C2MAB-V's normalised rho) and the trace records ``budget * cost_scale`` USD.
+Every Observation carries
 ``extra = {"round", "step", "success", "final"}``; ``final`` marks the last call of the round's plan.
 """
 
@@ -54,6 +59,7 @@ class _Round:
         self.policy, self.env, self.draws, self.t = policy, env, draws, t
         self.embedding, self.costs = embedding, costs
         self.called: dict[str, float] = {}
+        self.threshold = env.success_threshold
         self.spent = 0.0
         self.query_calls = 0
         output = env.output_embeddings
@@ -69,7 +75,7 @@ class _Round:
         k = self.env.index[arm]
         reward = float(self.draws.rewards[self.t, k])
         cost = float(self.draws.costs[self.t, k])
-        success = reward >= self.env.success_threshold
+        success = reward >= self.threshold
         self.called[arm] = reward
         self.spent += cost
         self.query_calls += kind == "query"
@@ -98,7 +104,7 @@ class _Round:
             reward = self.call(arm, kind, step, last=step == len(arms) - 1, stop_on_success=True)
             if reward > best:
                 best, delivered = reward, arm
-            if reward >= self.env.success_threshold:
+            if reward >= self.threshold:
                 break
         return best, delivered
 
@@ -120,7 +126,7 @@ def _play(
     select_ns: list[int],
 ) -> RoundResult:
     env = game.env
-    threshold = env.success_threshold
+    threshold = game.threshold = decision_threshold(decision, env.success_threshold)
     if not decision.arms:
         return RoundResult(env.dataset.reward_range[0], None, False)
     mode = decision.mode
@@ -181,6 +187,22 @@ def _play(
     return result
 
 
+def decision_threshold(decision: Decision, default: float) -> float:
+    """The success threshold of a round: the Decision's ``info["success_threshold"]``, else ``default``."""
+    declared = decision.info.get("success_threshold") if decision.info else None
+    return default if declared is None else float(declared)
+
+
+def decision_budget_usd(decision: Decision) -> float | None:
+    """The per-round budget a Decision declares, in USD: ``info["budget"]`` times ``info["cost_scale"]``
+    (USD per normalised cost unit) when the latter is given, else ``info["budget"]`` as USD; None if none."""
+    info = decision.info
+    if not info or info.get("budget") is None:
+        return None
+    scale = info.get("cost_scale")
+    return float(info["budget"]) * (1.0 if scale is None else float(scale))
+
+
 def run_policy(
     policy: Policy,
     env: ReplayEnv,
@@ -199,7 +221,9 @@ def run_policy(
     declined = np.zeros(horizon, dtype=bool)
     select_ns: list[int] = []
     query_rounds = query_calls = 0
-    budget: float | None = env.dataset.budget
+    budget: float | None = env.run_budget
+    declared_budget = False
+    threshold = env.success_threshold
     constraints = {} if max_calls is None else {"max_calls": max_calls}
     events = env.schedule.events
     segment = draws.segment
@@ -226,9 +250,10 @@ def run_policy(
         game = _Round(policy, env, draws, t, embeddings[p], costs)
         bound = max_calls if max_calls is not None else len(available)
         result = _play(policy, decision, game, context, bound, select_ns)
-        declared = decision.info.get("budget") if decision.info else None
+        declared = decision_budget_usd(decision)
         if declared is not None:
-            budget = float(declared)
+            budget, declared_budget = declared, True
+        threshold = game.threshold
         reward[t] = result.reward
         cost[t] = game.spent
         calls[t] = len(game.called)
@@ -255,6 +280,8 @@ def run_policy(
         query_calls=query_calls,
         select_ns=np.asarray(select_ns, dtype=np.int64),
         budget=budget,
+        declared_budget=declared_budget,
+        success_threshold=threshold,
     )
 
 

@@ -12,8 +12,10 @@ from bench.replay_env import ReplayEnv, SeedDraws, ties
 @dataclass
 class Trace:
     """Per round t: the reward the user got, the USD spent on every call, whether the delivered model has
-    the oracle's true mean utility, how many calls were made, whether the round succeeded, whether the
-    policy declined. Plus query counts, ``select`` wall times (ns) and the budget a policy declared."""
+        the oracle's true mean utility, how many calls were made, whether the round succeeded, whether the
+        policy declined. Plus query counts, ``select`` wall times (ns), the per-round budget in USD the trace is
+    judged against (the last one the policy declared, else the run's), whether the policy declared it, and the
+    success threshold of its last round."""
 
     reward: np.ndarray
     cost: np.ndarray
@@ -25,11 +27,13 @@ class Trace:
     query_calls: int = 0
     select_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     budget: float | None = None
+    declared_budget: bool = False
+    success_threshold: float | None = None
 
 
 def fixed_choice_trace(env: ReplayEnv, draws: SeedDraws, choice: np.ndarray) -> Trace:
-    """A trace for a rule that calls model ``choice[t]`` alone in round t (the references); a dataset
-    budget applies to it as to the policies."""
+    """A trace for a rule that calls model ``choice[t]`` alone in round t (the references); the run's
+    budget (``ReplayEnv.run_budget``) applies to it as to the policies that declare none."""
     rounds = np.arange(choice.shape[0])
     reward = draws.rewards[rounds, choice]
     utility = env.utility[draws.prompts, choice]
@@ -40,7 +44,7 @@ def fixed_choice_trace(env: ReplayEnv, draws: SeedDraws, choice: np.ndarray) -> 
         calls=np.ones(choice.shape[0], dtype=np.int64),
         success=reward >= env.success_threshold,
         declined=np.zeros(choice.shape[0], dtype=bool),
-        budget=env.dataset.budget,
+        budget=env.run_budget,
     )
 
 
