@@ -10,7 +10,9 @@ For S seeds of T rounds, with L the harness's lambda (reward units per USD):
 - ``opr``: share of rounds whose delivered model has the oracle's true mean utility (ties count);
 - ``success_rate``: share of rounds that succeeded; ``calls_per_round``: model calls per round;
 - ``violation`` (C2MAB-V Eq. 1): V(T) = [ (1/T) sum_t spend_t - rho ]^+ with rho the per-round budget in
-  USD; ``reward_per_violation`` (C2MAB-V §5.6): mean reward / ((1/T) sum_tau V(tau)), null when that is 0.
+  USD; ``reward_per_violation`` (C2MAB-V §5.6): mean reward / ((1/T) sum_tau V(tau)), null when that is 0;
+- ``converged_round`` (policies): the first round t (1-based) from which the running mean reward, averaged
+  over seeds, stays within ``CONVERGENCE_TOLERANCE`` (2%) of its final value for every t' >= t.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import numpy as np
 from bench.trace import Trace
 
 Z95 = 1.96
+CONVERGENCE_TOLERANCE = 0.02
 
 
 def ci95(values: Sequence[float] | np.ndarray) -> float:
@@ -43,6 +46,16 @@ def violation_curve(cost: np.ndarray, budget: float) -> np.ndarray:
     """V(tau) for tau = 1..T: [ running mean spend - budget ]^+ (C2MAB-V Eq. 1 at horizon tau)."""
     running = np.cumsum(cost) / np.arange(1, cost.shape[0] + 1)
     return np.maximum(running - budget, 0.0)
+
+
+def converged_round(traces: Sequence[Trace], tolerance: float = CONVERGENCE_TOLERANCE) -> int:
+    """First round (1-based) after which the seed-averaged running mean reward stays within ``tolerance``
+    x |final value| of the final value (see the module doc)."""
+    rewards = np.mean([t.reward for t in traces], axis=0)
+    running = np.cumsum(rewards) / np.arange(1, rewards.shape[0] + 1)
+    outside = np.abs(running - running[-1]) > tolerance * abs(running[-1])
+    late = np.flatnonzero(outside)
+    return int(late[-1] + 2) if late.size else 1
 
 
 def summarise(traces: Sequence[Trace], oracles: Sequence[Trace], cost_weight: float) -> dict[str, Any]:
@@ -88,6 +101,7 @@ def summarise_policy(
     row["queries"] = float(np.mean([t.query_rounds for t in traces]))
     row["query_calls"] = float(np.mean([t.query_calls for t in traces]))
     row["select_ms_p50"] = float(np.median(select_ns) / 1e6) if select_ns.size else 0.0
+    row["converged_round"] = converged_round(traces) if traces else 0
     return row
 
 

@@ -12,10 +12,11 @@ import pytest
 from bench import run_command
 from bench.cli import main
 from bench.dataset import load_dataset, write_dataset
-from bench.metrics import violation_curve
+from bench.metrics import converged_round, violation_curve
 from bench.policy_spec import parse_spec
 from bench.result_schema import validate_report
 from bench.run_command import replay
+from bench.trace import Trace
 from routers.base import Decision
 from tests.unit.bench.scripted_policy import always, register
 
@@ -165,6 +166,19 @@ def test_oracle_cascade_plays_the_dp_plan_per_prompt(dataset, lam, reward, cost,
         np.mean([(np.array(cost)[prompts(s)] > 0).mean() for s in range(SEEDS)])
     )
     assert report["max_calls"] == 2
+
+
+def test_converged_round_is_the_first_round_the_running_reward_stays_within_2_percent() -> None:
+    # running means of [0, 1, 1, 1, 1]: 0, .5, .667, .75, .8 -> within 2% of .8 only from round 5;
+    # of [1] * 5: from round 1
+    trace = Trace(*(np.array([0.0, 1, 1, 1, 1]),) * 2, *(np.zeros(5),) * 4)
+    assert converged_round([trace]) == 5
+    flat = Trace(np.ones(5), np.ones(5), *(np.zeros(5),) * 4)
+    assert converged_round([flat]) == 1
+    # seeds are averaged before the running mean: [0,1,...] and [1,0,...] average to 0.5 every round
+    a = Trace(np.array([0.0, 1, 0, 1]), np.zeros(4), *(np.zeros(4),) * 4)
+    b = Trace(np.array([1.0, 0, 1, 0]), np.zeros(4), *(np.zeros(4),) * 4)
+    assert converged_round([a, b]) == 1
 
 
 def test_violation_curve_is_eq1_at_every_horizon() -> None:
