@@ -31,12 +31,13 @@ from bench.set_oracle import SetProblem, oracle_set_trace, set_problem
 from bench.simulator import run_policy
 from bench.trace import Trace, reference_traces
 from routers.base import Policy
-from routers.cascade_baselines import GreedyTillSucceed, HighestCost, LowestCost, RandomTillSucceed
+from routers.cascade_baselines import GreedyTillSucceed, RandomTillSucceed
 from routers.combinatorial import SetBandit
 from routers.logistic_ucb import PromptWise
 
 REFERENCES = ("best_single", "oracle", "random")
-CASCADE_POLICIES = (PromptWise, RandomTillSucceed, GreedyTillSucceed, LowestCost, HighestCost)
+# the policies that call several models per round in a cascade (lowest-cost / highest-cost call one)
+CASCADE_POLICIES = (PromptWise, RandomTillSucceed, GreedyTillSucceed)
 
 
 @dataclass

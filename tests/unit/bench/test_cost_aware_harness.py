@@ -86,6 +86,8 @@ def test_budget_flag_sets_the_run_rho_for_the_references(dataset) -> None:
     oracle = report["reference"]["oracle"]
     spend = np.mean([np.array([0.001, 0.002, 0.01])[prompts(s)].mean() for s in range(SEEDS)])
     assert oracle["violation"] == pytest.approx(spend - 0.001)
+    # a single-call policy without --max-calls and without a set policy: no extra references
+    assert set(report["reference"]) == {"best_single", "oracle", "random"}
     # lowest-cost calls A only and spends exactly rho: no violation
     assert report["policies"][0]["violation"] == pytest.approx(0.0)
 
@@ -138,15 +140,15 @@ def test_oracle_set_suc_takes_exactly_n_and_falls_back_to_the_cheapest_when_none
 
 
 @pytest.mark.parametrize(
-    ("lam", "reward", "cost", "declined"),
+    ("lam", "reward", "cost", "declined_prompt"),
     [
         # lambda 10: every prompt's plan is its one succeeding model (1 - 10 c > 0)
-        (10.0, [1.0, 1.0, 1.0], [0.001, 0.002, 0.01], 0.0),
+        (10.0, [1.0, 1.0, 1.0], [0.001, 0.002, 0.01], None),
         # lambda 200: C's 1 - 2 < 0, so p2 is declined (reward 0, no cost)
-        (200.0, [1.0, 1.0, 0.0], [0.001, 0.002, 0.0], None),
+        (200.0, [1.0, 1.0, 0.0], [0.001, 0.002, 0.0], 2),
     ],
 )
-def test_oracle_cascade_plays_the_dp_plan_per_prompt(dataset, lam, reward, cost, declined) -> None:
+def test_oracle_cascade_plays_the_dp_plan_per_prompt(dataset, lam, reward, cost, declined_prompt) -> None:
     report = replay(
         dataset,
         dataset.contexts,
@@ -166,6 +168,8 @@ def test_oracle_cascade_plays_the_dp_plan_per_prompt(dataset, lam, reward, cost,
         np.mean([(np.array(cost)[prompts(s)] > 0).mean() for s in range(SEEDS)])
     )
     assert report["max_calls"] == 2
+    declined = np.mean([(prompts(s) == declined_prompt).mean() for s in range(SEEDS)])
+    assert row["declined_rate"] == pytest.approx(declined)
 
 
 def test_converged_round_is_the_first_round_the_running_reward_stays_within_2_percent() -> None:
