@@ -34,10 +34,11 @@ from routers.base import Policy
 from routers.cascade_baselines import GreedyTillSucceed, RandomTillSucceed
 from routers.combinatorial import SetBandit
 from routers.logistic_ucb import PromptWise
+from routers.retry import RetryCascade
 
 REFERENCES = ("best_single", "oracle", "random")
 # the policies that call several models per round in a cascade (lowest-cost / highest-cost call one)
-CASCADE_POLICIES = (PromptWise, RandomTillSucceed, GreedyTillSucceed)
+CASCADE_POLICIES = (PromptWise, RandomTillSucceed, GreedyTillSucceed, RetryCascade)
 
 
 @dataclass
