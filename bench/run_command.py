@@ -87,10 +87,9 @@ def replay(
     problems = [set_problem(p, len(schedule.initial), scale) for p in probes if isinstance(p, SetBandit)]
     usd, source = run_budget(budget, scale, dataset.budget, problems)
     env = ReplayEnv(dataset, embeddings, schedule, cost_weight, threshold, output_embeddings, usd)
-    extra_refs = []
+    set_refs = set_reference_keys(problems)
+    extra_refs = list(set_refs)
     plans: list[list[list[int]]] = []
-    if problems:
-        extra_refs.append("oracle_set")
     if max_calls is not None or any(is_cascade(p) for p in probes):
         extra_refs.append("oracle_cascade")
         plans = cascade_plans(env, max_calls)
@@ -105,10 +104,10 @@ def replay(
         for key, (name, trace) in reference_traces(env, draws).items():
             refs[key].append(trace)
             ref_names[key].add(name)
-        if "oracle_set" in refs:
-            name, trace = oracle_set_trace(env, draws, problems[0])
-            refs["oracle_set"].append(trace)
-            ref_names["oracle_set"].add(name)
+        for key, problem in set_refs.items():
+            name, trace = oracle_set_trace(env, draws, problem)
+            refs[key].append(trace)
+            ref_names[key].add(name)
         if "oracle_cascade" in refs:
             refs["oracle_cascade"].append(oracle_cascade_trace(env, draws, plans))
             ref_names["oracle_cascade"].add("oracle cascade")
@@ -173,6 +172,21 @@ def run_budget(
     if problems:
         return problems[0].budget_usd, "set policy"
     return None, "none"
+
+
+def set_reference_keys(problems: Sequence[SetProblem]) -> dict[str, SetProblem]:
+    """One set-oracle row per distinct set problem of the run: ``oracle_set`` for the first set policy's,
+    ``oracle_set_<reward model>`` (then ``_2``, ``_3``, ...) for each different one after it."""
+    keys: dict[str, SetProblem] = {}
+    for problem in problems:
+        if problem in keys.values():
+            continue
+        key = "oracle_set" if not keys else f"oracle_set_{problem.reward_model}"
+        base, n = key, 2
+        while key in keys:
+            key, n = f"{base}_{n}", n + 1
+        keys[key] = problem
+    return keys
 
 
 def is_cascade(policy: Policy) -> bool:

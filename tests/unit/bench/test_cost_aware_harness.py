@@ -139,6 +139,19 @@ def test_oracle_set_suc_takes_exactly_n_and_falls_back_to_the_cheapest_when_none
     assert row["calls_per_round"] == 2.0
 
 
+def test_one_set_oracle_per_distinct_set_problem(dataset) -> None:
+    specs = [
+        parse_spec("c2mab-v:reward=awc,max_models=2,budget=0.35"),
+        parse_spec("cucb:reward=awc,max_models=2,budget=0.35"),
+        parse_spec("c2mab-v:reward=suc,max_models=2,budget=0.35"),
+    ]
+    refs = replay(dataset, dataset.contexts, specs, T, 1, progress=False).report["reference"]
+    assert [k for k in refs if k.startswith("oracle_set")] == ["oracle_set", "oracle_set_suc"]
+    # SUC with exactly 2 models within 0.0035 USD: only {A, B}, both called every round
+    assert refs["oracle_set_suc"]["name"] == "suc {A,B}"
+    assert refs["oracle_set_suc"]["calls_per_round"] == 2.0
+
+
 @pytest.mark.parametrize(
     ("lam", "reward", "cost", "declined_prompt"),
     [
