@@ -13,11 +13,16 @@ from typing import Any
 
 from routers.base import Policy, PolicyConfigError
 from routers.linear import LinUCB
+from routers.mixture import MixtureGreedy, MixtureUCBCAB, MixtureUCBOGD, VanillaUCB
 
 PolicyFactory = Callable[..., Policy]
 
 POLICIES: dict[str, PolicyFactory] = {
     "linucb": LinUCB,
+    "mixture-ucb-cab": MixtureUCBCAB,
+    "mixture-ucb-ogd": MixtureUCBOGD,
+    "mixture-greedy": MixtureGreedy,
+    "vanilla-ucb": VanillaUCB,
 }
 
 
