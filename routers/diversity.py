@@ -79,14 +79,18 @@ class QualityTerm:
         )
         self.kind = kind
         self.k = k
-        self.reference = np.ascontiguousarray(reference, dtype=np.float32)
-        index = faiss.IndexFlatL2(self.reference.shape[1])
-        index.add(self.reference)
-        distances, _ = index.search(self.reference, k + 1)  # squared L2; column 0 is the point itself
-        self.radii_sq = distances[:, k].astype(np.float64)
+        self.reference = np.ascontiguousarray(reference, dtype=np.float64)
+        # FAISS finds the k + 1 nearest (the point itself included); their distances are then recomputed
+        # in float64 so that membership tests agree with exact arithmetic.
+        as32 = np.ascontiguousarray(self.reference, dtype=np.float32)
+        index = faiss.IndexFlatL2(as32.shape[1])
+        index.add(as32)
+        _, neighbours = index.search(as32, k + 1)
+        exact = np.sum((self.reference[:, None, :] - self.reference[neighbours]) ** 2, axis=2)
+        self.radii_sq = np.sort(exact, axis=1)[:, k]
 
     def __call__(self, x: np.ndarray) -> float:
-        inside = squared_distances(x[None, :], self.reference.astype(np.float64))[0] < self.radii_sq
+        inside = squared_distances(x[None, :], self.reference)[0] < self.radii_sq
         if self.kind == "precision":
             return float(np.any(inside))
         return float(np.sum(inside)) / self.k
@@ -281,7 +285,7 @@ class KernelQuadraticObjective(MixtureObjective):
         self._rng = np.random.default_rng(seed)
         self.pair_sums = np.zeros((0, 0))
         self.f_sums = np.zeros(0)
-        self.samples: list[np.ndarray] = []  # per arm, float32 (capacity, d); first stored[i] rows valid
+        self.samples: list[np.ndarray] = []  # per arm, float64 (capacity, d); first stored[i] rows valid
         self.stored = np.zeros(0, dtype=np.int64)
         self.reference_self = 0.0
         if name == "kid":
@@ -300,7 +304,7 @@ class KernelQuadraticObjective(MixtureObjective):
         return -2.0 * float(np.mean(gaussian_kernel(x[None, :], self.reference, self.bandwidth)))
 
     def _allocate(self, d: int) -> None:
-        self.samples = [np.zeros((0, d), dtype=np.float32) for _ in self.arms]
+        self.samples = [np.zeros((0, d), dtype=np.float64) for _ in self.arms]
 
     def _grow(self) -> None:
         m = len(self.arms)
@@ -310,7 +314,7 @@ class KernelQuadraticObjective(MixtureObjective):
         self.f_sums = np.append(self.f_sums, 0.0)
         self.stored = np.append(self.stored, 0)
         if self.dim is not None:
-            self.samples.append(np.zeros((0, self.dim), dtype=np.float32))
+            self.samples.append(np.zeros((0, self.dim), dtype=np.float64))
 
     def _shrink(self, j: int) -> None:
         self.pair_sums = np.delete(np.delete(self.pair_sums, j, axis=0), j, axis=1)
@@ -325,7 +329,7 @@ class KernelQuadraticObjective(MixtureObjective):
         for i, buf in enumerate(self.samples):
             s = int(self.stored[i])
             if s:
-                total = float(np.sum(self.kappa(x[None, :], buf[:s].astype(np.float64))))
+                total = float(np.sum(self.kappa(x[None, :], buf[:s])))
                 row[i] = total * (self.counts[i] / s)
         return row
 
@@ -345,7 +349,7 @@ class KernelQuadraticObjective(MixtureObjective):
             if s == buf.shape[0]:
                 bigger = np.zeros(
                     (max(8, 2 * s) if self.cap is None else min(self.cap, max(8, 2 * s)), buf.shape[1]),
-                    dtype=np.float32,
+                    dtype=np.float64,
                 )
                 bigger[:s] = buf[:s]
                 self.samples[j] = buf = bigger
@@ -402,7 +406,7 @@ class KernelQuadraticObjective(MixtureObjective):
         self.stored = np.array(state["stored"], dtype=np.int64).reshape(-1)
         self._rng = rng_from_state(state["reservoir_rng"])
         if self.dim is not None:
-            self.samples = [np.array(buf, dtype=np.float32).reshape(-1, self.dim) for buf in state["samples"]]
+            self.samples = [np.array(buf, dtype=np.float64).reshape(-1, self.dim) for buf in state["samples"]]
 
 
 class VendiObjective(MixtureObjective):
