@@ -99,8 +99,9 @@ class QualityTerm:
 class MixtureObjective:
     """Shared plumbing: the arm list, per-arm counts, the optional linear quality term, (de)serialisation.
 
-    Subclasses implement ``_allocate(d)``, ``_grow()``, ``_shrink(j)``, ``_observe(j, x)`` (called before
-    ``counts[j]`` is incremented), ``_loss_and_gradient(alpha, idx)`` and ``_extra_state`` / ``_load_extra``.
+    Subclasses implement ``_allocate(d)``, ``_grow()``, ``_shrink(j)``, ``_observe_batch(j, rows)``
+    (called before ``counts[j]`` is advanced), ``_loss_and_gradient(alpha, idx)`` and ``_extra_state`` /
+    ``_load_extra``.
     """
 
     name: ClassVar[str] = "base"
@@ -157,21 +158,27 @@ class MixtureObjective:
     # --- data ---------------------------------------------------------------------------------------
     def observe(self, arm: str, x: np.ndarray | Sequence[float]) -> None:
         """Fold one output embedding of ``arm`` into the statistics (the arm is added if new)."""
-        v = np.asarray(x, dtype=np.float64).reshape(-1)
+        self.observe_many(arm, np.asarray(x, dtype=np.float64).reshape(1, -1))
+
+    def observe_many(self, arm: str, xs: np.ndarray | Sequence[Sequence[float]]) -> None:
+        """Fold several outputs of ``arm`` at once; the same statistics as observing them one by one."""
+        batch = np.asarray(xs, dtype=np.float64)
+        if batch.size == 0:
+            return
+        batch = batch.reshape(len(batch), -1)
         if self.dim is None:
-            self.dim = int(v.size)
+            self.dim = int(batch.shape[1])
             self._allocate(self.dim)
-        require(v.size == self.dim, f"output embedding has dimension {v.size}, expected {self.dim}")
+        require(
+            batch.shape[1] == self.dim,
+            f"output embedding has dimension {batch.shape[1]}, expected {self.dim}",
+        )
         self.add_arm(arm)
         j = self.arms.index(arm)
-        self._observe(j, v)
-        self.counts[j] += 1
+        self._observe_batch(j, batch)
+        self.counts[j] += len(batch)
         if self._quality is not None:
-            self.quality_sums[j] += self._quality(v)
-
-    def observe_many(self, arm: str, xs: np.ndarray) -> None:
-        for x in np.asarray(xs):
-            self.observe(arm, x)
+            self.quality_sums[j] += sum(self._quality(x) for x in batch)
 
     # --- values -------------------------------------------------------------------------------------
     def linear_terms(self, idx: np.ndarray) -> np.ndarray:
@@ -240,7 +247,8 @@ class MixtureObjective:
     def _shrink(self, j: int) -> None:
         raise NotImplementedError
 
-    def _observe(self, j: int, x: np.ndarray) -> None:
+    def _observe_batch(self, j: int, batch: np.ndarray) -> None:
+        """Fold ``batch`` (rows) into arm j's statistics; called before ``counts[j]`` is advanced."""
         raise NotImplementedError
 
     def _loss_and_gradient(self, alpha: np.ndarray, idx: np.ndarray) -> tuple[float, np.ndarray]:
@@ -323,23 +331,26 @@ class KernelQuadraticObjective(MixtureObjective):
         if self.samples:
             self.samples.pop(j)
 
-    def kernel_row(self, x: np.ndarray) -> np.ndarray:
-        """v_j = sum_{y in arm j so far} kappa(x, y), scaled by n_j / stored_j past the reservoir cap."""
-        row = np.zeros(len(self.arms))
+    def _observe_batch(self, j: int, batch: np.ndarray) -> None:
+        """Rows of the whole batch against the stored samples, plus the batch's own block (its diagonal
+        once), then reservoir insertion one by one. Equals sequential observation below the cap."""
         for i, buf in enumerate(self.samples):
             s = int(self.stored[i])
             if s:
-                total = float(np.sum(self.kappa(x[None, :], buf[:s])))
-                row[i] = total * (self.counts[i] / s)
-        return row
-
-    def _observe(self, j: int, x: np.ndarray) -> None:
-        row = self.kernel_row(x)
-        self.pair_sums[j, :] += row
-        self.pair_sums[:, j] += row  # S[j, j] gets 2 v_j here ...
-        self.pair_sums[j, j] += float(self.kappa(x[None, :], x[None, :])[0, 0])  # ... and kappa(x, x) once
-        self.f_sums[j] += self.f_value(x)
-        self._store(j, x)
+                v = float(np.sum(self.kappa(batch, buf[:s]))) * (self.counts[i] / s)
+                self.pair_sums[j, i] += v
+                self.pair_sums[i, j] += v
+        self.pair_sums[j, j] += float(np.sum(self.kappa(batch, batch)))
+        if self.name == "kid":
+            assert self.reference is not None
+            self.f_sums[j] += -2.0 * float(
+                np.sum(np.mean(gaussian_kernel(batch, self.reference, self.bandwidth), axis=1))
+            )
+        start = int(self.counts[j])
+        for k, x in enumerate(batch):
+            self.counts[j] = start + k
+            self._store(j, x)
+        self.counts[j] = start
 
     def _store(self, j: int, x: np.ndarray) -> None:
         """Reservoir sampling (algorithm R): keep a uniform subset of at most ``cap`` samples per arm."""
@@ -466,9 +477,9 @@ class VendiObjective(MixtureObjective):
         if self.dim is not None:
             self.phi_sums = np.delete(self.phi_sums, j, axis=0)
 
-    def _observe(self, j: int, x: np.ndarray) -> None:
-        phi = self.features(x)
-        self.phi_sums[j] += np.outer(phi, phi)
+    def _observe_batch(self, j: int, batch: np.ndarray) -> None:
+        phi = np.stack([self.features(x) for x in batch])
+        self.phi_sums[j] += phi.T @ phi
 
     def _loss_and_gradient(self, alpha: np.ndarray, idx: np.ndarray) -> tuple[float, np.ndarray]:
         means = self.phi_sums[idx] / self.counts[idx].astype(np.float64)[:, None, None]
@@ -554,9 +565,9 @@ class FrechetObjective(MixtureObjective):
             self.sums = np.delete(self.sums, j, axis=0)
             self.second = np.delete(self.second, j, axis=0)
 
-    def _observe(self, j: int, x: np.ndarray) -> None:
-        self.sums[j] += x
-        self.second[j] += np.outer(x, x)
+    def _observe_batch(self, j: int, batch: np.ndarray) -> None:
+        self.sums[j] += batch.sum(axis=0)
+        self.second[j] += batch.T @ batch
 
     def _loss_and_gradient(self, alpha: np.ndarray, idx: np.ndarray) -> tuple[float, np.ndarray]:
         n = self.counts[idx].astype(np.float64)

@@ -233,3 +233,26 @@ def test_bad_options_name_the_argument() -> None:
         obj = KernelQuadraticObjective("rke", 1.0)
         obj.observe("a", [1.0, 2.0])
         obj.observe("a", [1.0, 2.0, 3.0])
+
+
+@pytest.mark.parametrize("name", ["rke", "kid", "vendi", "fd"])
+def test_batch_observation_equals_one_by_one(name: str) -> None:
+    ref, samples = _reference(), _samples()
+    kwargs = {
+        "bandwidth": 1.2,
+        "reference": ref,
+        "max_samples_per_arm": None,
+        "feature": "rff",
+        "rff_dim": 8,
+        "quality": "density",
+        "quality_weight": 0.2,
+        "quality_k": 3,
+    }
+    single, batched = build_objective(name, **kwargs), build_objective(name, **kwargs)
+    for arm, xs in samples.items():
+        for x in xs:
+            single.observe(arm, x)
+        batched.observe_many(arm, xs)
+    alpha = np.array([0.2, 0.5, 0.3])
+    assert batched.loss(alpha) == pytest.approx(single.loss(alpha), rel=1e-10)
+    np.testing.assert_array_equal(batched.counts, single.counts)
