@@ -197,7 +197,7 @@ def run_one(
     }
 
 
-def interval(values: Sequence[float]) -> dict[str, float]:
+def interval(values: Sequence[float] | np.ndarray) -> dict[str, float]:
     """Mean and 95% t-interval over seeds (a zero-width interval for one seed)."""
     v = np.asarray(values, dtype=np.float64)
     mean = float(v.mean())
