@@ -47,7 +47,6 @@ from routers.registry import build_policy
 
 POLICY_NAMES: tuple[str, ...] = ("mixture-ucb-cab", "mixture-ucb-ogd", "mixture-greedy", "vanilla-ucb")
 ORACLE_NAMES: tuple[str, ...] = ("mixture-oracle", "one-arm-oracle")
-QUADRATIC_ONLY = {"mixture-ucb-cab", "mixture-ucb-ogd"}
 
 
 def _limit_blas_threads() -> Any:
@@ -219,11 +218,6 @@ def benchmark(args: argparse.Namespace) -> dict[str, Any]:
     unknown = set(names) - set(POLICY_NAMES) - set(ORACLE_NAMES)
     if unknown:
         raise SystemExit(f"unknown policies {sorted(unknown)}; known: {[*POLICY_NAMES, *ORACLE_NAMES]}")
-    if options["objective"] not in ("rke", "kid"):
-        skipped = [n for n in names if n in QUADRATIC_ONLY]
-        names = [n for n in names if n not in QUADRATIC_ONLY]
-        if skipped:
-            print(f"skipping {skipped}: Mixture-UCB needs a quadratic objective (rke, kid)", file=sys.stderr)
     seeds = list(range(args.seed, args.seed + args.seeds))
     checkpoints = checkpoint_rounds(args.rounds, args.checkpoints)
     refs = offline_references(dataset, options, args.oracle_samples, args.seed)

@@ -56,7 +56,6 @@ class MixturePolicyBase(PolicyBase):
     """
 
     name: ClassVar[str] = "mixture-base"
-    quadratic_only: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -76,10 +75,6 @@ class MixturePolicyBase(PolicyBase):
     ) -> None:
         super().__init__(arms, seed)
         require(objective in OBJECTIVES, f"objective must be one of {OBJECTIVES}, got {objective!r}")
-        require(
-            not self.quadratic_only or objective in ("rke", "kid"),
-            f"{self.name} needs a quadratic objective (rke or kid), got {objective!r}",
-        )
         require(
             isinstance(init_pulls, int) and init_pulls >= 1,
             f"init_pulls must be an int >= 1, got {init_pulls!r}",
@@ -167,13 +162,23 @@ class MixturePolicyBase(PolicyBase):
         self._support = [a for a, w in zip(arms, weights, strict=True) if w > 1e-12]
 
 
-class UCBBonusMixin:
-    """The bonus eps_i of the module docstring (paper 002 eq. 7)."""
+class UCBPolicyBase(MixturePolicyBase):
+    """The bonus eps_i of the module docstring (paper 002 eq. 7), shared by CAB, OGD and Vanilla-UCB.
+    Hyperparameters: those of ``MixturePolicyBase`` plus ``delta_l`` (0.6), ``beta`` (1.0),
+    ``delta_kappa`` (0.0), ``delta_g`` (0.4); defaults are the public code's tuned values, with the
+    paper's /2 under the square root kept in every variant."""
 
-    objective: MixtureObjective
-    config: dict[str, Any]
-
-    def _init_bonus(self, delta_l: float, beta: float, delta_kappa: float, delta_g: float) -> None:
+    def __init__(
+        self,
+        arms: Sequence[str] = (),
+        seed: int | None = 0,
+        delta_l: float = 0.6,
+        beta: float = 1.0,
+        delta_kappa: float = 0.0,
+        delta_g: float = 0.4,
+        **objective_options: Any,
+    ) -> None:
+        super().__init__(arms, seed, **objective_options)
         self.delta_l = _finite_nonneg(delta_l, "delta_l")
         self.beta = _finite_nonneg(beta, "beta")
         self.delta_kappa = _finite_nonneg(delta_kappa, "delta_kappa")
@@ -199,81 +204,77 @@ class UCBBonusMixin:
         )
 
 
-class MixtureUCBCAB(UCBBonusMixin, MixturePolicyBase):
+class MixtureUCBCAB(UCBPolicyBase):
     """Mixture-UCB-CAB (paper 002, Algorithm 1, eq. 6):
 
-        alpha^(t) = argmin_{alpha in simplex} alpha^T Khat alpha + (fhat - eps)^T alpha,   b ~ alpha^(t)
+        alpha^(t) = argmin_{alpha in simplex} Lhat(alpha) - eps^T alpha,   b ~ alpha^(t)
 
-    solved exactly by ``routers.simplex.solve_simplex_qp`` (active sets, warm-started from the last
-    support). Quadratic objectives only (rke, kid, with optional quality term). Hyperparameters: those of
-    ``MixturePolicyBase`` plus ``delta_l`` (0.6), ``beta`` (1.0), ``delta_kappa`` (0.0), ``delta_g`` (0.4).
+    For the quadratic objectives (rke, kid; paper 002's setting) Lhat - eps^T alpha =
+    alpha^T Khat alpha + (fhat - eps)^T alpha, solved exactly by ``routers.simplex.solve_simplex_qp``
+    (active sets, warm-started from the last support). For vendi and fd, an extension not in paper 002
+    (which has no bound for them), the same optimistic objective is minimised by SLSQP from the last
+    weights. Hyperparameters: see ``UCBPolicyBase``.
     """
 
     name: ClassVar[str] = "mixture-ucb-cab"
-    quadratic_only: ClassVar[bool] = True
 
-    def __init__(
-        self,
-        arms: Sequence[str] = (),
-        seed: int | None = 0,
-        delta_l: float = 0.6,
-        beta: float = 1.0,
-        delta_kappa: float = 0.0,
-        delta_g: float = 0.4,
-        **objective_options: Any,
-    ) -> None:
-        super().__init__(arms, seed, **objective_options)
-        self._init_bonus(delta_l, beta, delta_kappa, delta_g)
+    def __init__(self, arms: Sequence[str] = (), seed: int | None = 0, **options: Any) -> None:
+        super().__init__(arms, seed, **options)
+        self._last_weights: dict[str, float] = {}
 
     def _decide(self, arms: list[str], idx: np.ndarray, context: Context) -> Decision:
-        k, f = quadratic_terms(self.objective, idx)
         eps = self.bonus(idx)
-        alpha = solve_simplex_qp(k, f - eps, warm_support=self._warm_support(arms))
+        if self.objective.quadratic:
+            k, f = quadratic_terms(self.objective, idx)
+            alpha = solve_simplex_qp(k, f - eps, warm_support=self._warm_support(arms))
+        else:
+
+            def optimistic(a: np.ndarray) -> tuple[float, np.ndarray]:
+                value, grad = self.objective.loss_and_gradient(a, idx)
+                return value - float(eps @ a), grad - eps
+
+            n = self.objective.counts[idx].astype(np.float64)
+            last = np.array([self._last_weights.get(a, 0.0) for a in arms])
+            alpha = minimize_on_simplex(optimistic, last if last.sum() > 0.5 else n / n.sum())
         self._remember_support(arms, alpha)
+        self._last_weights = {a: float(w) for a, w in zip(arms, alpha, strict=True)}
         scores = {
-            a: {
-                "weight": float(alpha[i]),
-                "n": float(self.objective.counts[idx[i]]),
-                "bonus": float(eps[i]),
-                "self_kernel": float(k[i, i]),
-                "linear": float(f[i]),
-            }
+            a: {"weight": float(alpha[i]), "n": float(self.objective.counts[idx[i]]), "bonus": float(eps[i])}
             for i, a in enumerate(arms)
         }
         return self._sample(arms, alpha, context, scores, {"objective": self.objective.name})
 
+    def _on_remove_arm(self, arm: str) -> None:
+        super()._on_remove_arm(arm)
+        self._last_weights.pop(arm, None)
 
-class MixtureUCBOGD(UCBBonusMixin, MixturePolicyBase):
+    def _state(self) -> dict[str, Any]:
+        return {**super()._state(), "last_weights": dict(self._last_weights)}
+
+    def _load(self, learned: Mapping[str, Any]) -> None:
+        super()._load(learned)
+        self._last_weights = {a: float(w) for a, w in learned.get("last_weights", {}).items()}
+
+
+class MixtureUCBOGD(UCBPolicyBase):
     """Mixture-UCB-OGD (paper 002, Algorithm 2, eq. 8): a Frank-Wolfe step at the current proportions,
 
-        h_i = (2/t) (Khat n)_i + fhat_i - eps_i = 2 sum_j S_ij / (t n_i) + fhat_i - eps_i,   b = argmin_i h_i
+        h = grad Lhat(n / t) - eps,   b = argmin_i h_i
 
-    deterministic (ties: first arm in order). ``info["weights"]`` are the current proportions n / t.
-    Hyperparameters as ``MixtureUCBCAB``.
+    which for the quadratic objectives is h_i = (2/t)(Khat n)_i + fhat_i - eps_i
+    = 2 sum_j S_ij / (t n_i) + fhat_i - eps_i. Deterministic (ties: first arm in order).
+    ``info["weights"]`` are the current proportions n / t. For vendi and fd this is an extension (paper
+    002 defines it for quadratic losses). Hyperparameters: see ``UCBPolicyBase``.
     """
 
     name: ClassVar[str] = "mixture-ucb-ogd"
-    quadratic_only: ClassVar[bool] = True
-
-    def __init__(
-        self,
-        arms: Sequence[str] = (),
-        seed: int | None = 0,
-        delta_l: float = 0.6,
-        beta: float = 1.0,
-        delta_kappa: float = 0.0,
-        delta_g: float = 0.4,
-        **objective_options: Any,
-    ) -> None:
-        super().__init__(arms, seed, **objective_options)
-        self._init_bonus(delta_l, beta, delta_kappa, delta_g)
 
     def _decide(self, arms: list[str], idx: np.ndarray, context: Context) -> Decision:
-        k, f = quadratic_terms(self.objective, idx)
         n = self.objective.counts[idx].astype(np.float64)
         t = float(n.sum())
         eps = self.bonus(idx)
-        h = 2.0 * (k @ n) / t + f - eps
+        _, grad = self.objective.loss_and_gradient(n / t, idx)
+        h = grad - eps
         chosen = arms[int(np.argmin(h))]
         scores = {
             a: {"index": float(h[i]), "n": float(n[i]), "bonus": float(eps[i])} for i, a in enumerate(arms)
@@ -287,28 +288,16 @@ class MixtureUCBOGD(UCBBonusMixin, MixturePolicyBase):
         )
 
 
-class VanillaUCB(UCBBonusMixin, MixturePolicyBase):
+class VanillaUCB(UCBPolicyBase):
     """Vanilla-UCB (paper 002 §2.4 of the spec): the same bonus over the vertices only,
 
         b = argmin_i L(e_i) - eps_i      (L(e_i) = Khat_ii + fhat_i for quadratic objectives)
 
-    It converges to the best single arm. Works with every objective. Hyperparameters as ``MixtureUCBCAB``.
+    It converges to the best single arm. Works with every objective. Hyperparameters: see
+    ``UCBPolicyBase``.
     """
 
     name: ClassVar[str] = "vanilla-ucb"
-
-    def __init__(
-        self,
-        arms: Sequence[str] = (),
-        seed: int | None = 0,
-        delta_l: float = 0.6,
-        beta: float = 1.0,
-        delta_kappa: float = 0.0,
-        delta_g: float = 0.4,
-        **objective_options: Any,
-    ) -> None:
-        super().__init__(arms, seed, **objective_options)
-        self._init_bonus(delta_l, beta, delta_kappa, delta_g)
 
     def _decide(self, arms: list[str], idx: np.ndarray, context: Context) -> Decision:
         single = np.array([self.objective.loss(np.ones(1), idx[i : i + 1]) for i in range(len(arms))])

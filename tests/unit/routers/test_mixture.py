@@ -167,7 +167,7 @@ def test_state_round_trip_reproduces_selections(name: str) -> None:
         "max_samples_per_arm": 16,
         "init_pulls": 2,
     }
-    if name == "mixture-greedy":
+    if name in ("mixture-greedy", "mixture-ucb-cab"):
         hp = {**hp, "objective": "vendi", "feature": "rff", "rff_dim": 8}
     policy = build_policy(name, list(CENTRES), seed=5, hyperparameters=hp)
     _run(policy, 40, seed=5)
@@ -201,8 +201,8 @@ def test_arms_come_and_go(name: str) -> None:
 
 
 def test_bad_hyperparameters_are_named() -> None:
-    with pytest.raises(PolicyConfigError, match="quadratic"):
-        build_policy("mixture-ucb-cab", ["a"], hyperparameters={"objective": "vendi"})
+    with pytest.raises(PolicyConfigError, match="objective"):
+        build_policy("mixture-ucb-cab", ["a"], hyperparameters={"objective": "entropy"})
     with pytest.raises(PolicyConfigError, match="delta_l"):
         build_policy("mixture-ucb-ogd", ["a"], hyperparameters={"delta_l": -1})
     with pytest.raises(PolicyConfigError, match="solver"):
@@ -211,3 +211,22 @@ def test_bad_hyperparameters_are_named() -> None:
         build_policy("vanilla-ucb", ["a"], hyperparameters={"init_pulls": 0})
     with pytest.raises(PolicyConfigError, match="bad hyperparameters"):
         build_policy("mixture-greedy", ["a"], hyperparameters={"nonsense": 1})
+
+
+def test_ucb_on_smooth_objectives_generalises_the_quadratic_rules() -> None:
+    hp = {"objective": "vendi", "feature": "rff", "rff_dim": 16, "bandwidth": 1.0, "init_pulls": 3}
+    cab0 = build_policy("mixture-ucb-cab", list(CENTRES), seed=1, hyperparameters={**hp, "delta_l": 0.0})
+    greedy = build_policy("mixture-greedy", list(CENTRES), seed=1, hyperparameters=hp)
+    ogd = build_policy("mixture-ucb-ogd", list(CENTRES), seed=1, hyperparameters=hp)
+    for policy in (cab0, greedy, ogd):
+        _run(policy, 30, seed=3)
+    # no bonus: CAB's optimistic problem is Greedy's problem
+    w_cab, w_greedy = cab0.select(CTX).info["weights"], greedy.select(CTX).info["weights"]
+    assert max(abs(w_cab[a] - w_greedy[a]) for a in CENTRES) < 1e-3
+    # OGD: h = grad L(n / t) - eps
+    obj = ogd.objective
+    n = obj.counts.astype(float)
+    _, grad = obj.loss_and_gradient(n / n.sum())
+    h = grad - 0.6 * np.sqrt(np.log(n.sum()) / (2 * n))
+    decision = ogd.select(CTX)
+    np.testing.assert_allclose([decision.scores[a]["index"] for a in CENTRES], h, rtol=1e-10)
