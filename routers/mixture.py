@@ -97,7 +97,7 @@ class MixturePolicyBase(PolicyBase):
             self.objective.add_arm(arm)
         self.init_pulls = init_pulls
         self.config = {**options, "init_pulls": init_pulls}
-        self._support: list[str] = []  # last optimal support (warm start of the exact QP)
+        self._last_weights: dict[str, float] = {}  # last solution: warm start of the next solve
 
     # --- the contract -------------------------------------------------------------------------------
     def select(self, context: Context) -> Decision:
@@ -127,15 +127,15 @@ class MixturePolicyBase(PolicyBase):
 
     def _on_remove_arm(self, arm: str) -> None:
         self.objective.remove_arm(arm)
-        self._support = [a for a in self._support if a != arm]
+        self._last_weights.pop(arm, None)
 
     def _state(self) -> dict[str, Any]:
-        return {"objective": self.objective.state(), "support": list(self._support)}
+        return {"objective": self.objective.state(), "last_weights": dict(self._last_weights)}
 
     def _load(self, learned: Mapping[str, Any]) -> None:
         if "objective" in learned:
             self.objective.load(learned["objective"])
-        self._support = list(learned.get("support", []))
+        self._last_weights = {a: float(w) for a, w in learned.get("last_weights", {}).items()}
 
     # --- helpers for subclasses ---------------------------------------------------------------------
     def _decide(self, arms: list[str], idx: np.ndarray, context: Context) -> Decision:
@@ -156,10 +156,19 @@ class MixturePolicyBase(PolicyBase):
         return Decision(arms=[chosen], mode="mixture", scores=scores, info=info)
 
     def _warm_support(self, arms: list[str]) -> list[int]:
-        return [arms.index(a) for a in self._support if a in arms]
+        """Positions in ``arms`` of the last solution's support (tried first by the exact QP)."""
+        return [i for i, a in enumerate(arms) if self._last_weights.get(a, 0.0) > 1e-12]
 
-    def _remember_support(self, arms: list[str], weights: np.ndarray) -> None:
-        self._support = [a for a, w in zip(arms, weights, strict=True) if w > 1e-12]
+    def _warm_start(self, arms: list[str], idx: np.ndarray) -> np.ndarray:
+        """The last solution on ``arms`` if it carries most of the mass there, else the proportions."""
+        last = np.array([self._last_weights.get(a, 0.0) for a in arms])
+        if last.sum() > 0.5:
+            return last
+        n = self.objective.counts[idx].astype(np.float64)
+        return n / n.sum()
+
+    def _remember(self, arms: list[str], weights: np.ndarray) -> None:
+        self._last_weights = {a: float(w) for a, w in zip(arms, weights, strict=True)}
 
 
 class UCBPolicyBase(MixturePolicyBase):
@@ -218,10 +227,6 @@ class MixtureUCBCAB(UCBPolicyBase):
 
     name: ClassVar[str] = "mixture-ucb-cab"
 
-    def __init__(self, arms: Sequence[str] = (), seed: int | None = 0, **options: Any) -> None:
-        super().__init__(arms, seed, **options)
-        self._last_weights: dict[str, float] = {}
-
     def _decide(self, arms: list[str], idx: np.ndarray, context: Context) -> Decision:
         eps = self.bonus(idx)
         if self.objective.quadratic:
@@ -233,27 +238,13 @@ class MixtureUCBCAB(UCBPolicyBase):
                 value, grad = self.objective.loss_and_gradient(a, idx)
                 return value - float(eps @ a), grad - eps
 
-            n = self.objective.counts[idx].astype(np.float64)
-            last = np.array([self._last_weights.get(a, 0.0) for a in arms])
-            alpha = minimize_on_simplex(optimistic, last if last.sum() > 0.5 else n / n.sum())
-        self._remember_support(arms, alpha)
-        self._last_weights = {a: float(w) for a, w in zip(arms, alpha, strict=True)}
+            alpha = minimize_on_simplex(optimistic, self._warm_start(arms, idx))
+        self._remember(arms, alpha)
         scores = {
             a: {"weight": float(alpha[i]), "n": float(self.objective.counts[idx[i]]), "bonus": float(eps[i])}
             for i, a in enumerate(arms)
         }
         return self._sample(arms, alpha, context, scores, {"objective": self.objective.name})
-
-    def _on_remove_arm(self, arm: str) -> None:
-        super()._on_remove_arm(arm)
-        self._last_weights.pop(arm, None)
-
-    def _state(self) -> dict[str, Any]:
-        return {**super()._state(), "last_weights": dict(self._last_weights)}
-
-    def _load(self, learned: Mapping[str, Any]) -> None:
-        super()._load(learned)
-        self._last_weights = {a: float(w) for a, w in learned.get("last_weights", {}).items()}
 
 
 class MixtureUCBOGD(UCBPolicyBase):
@@ -357,7 +348,6 @@ class MixtureGreedy(MixturePolicyBase):
         self.eg_steps = eg_steps
         self.eg_eta = float(eg_eta)
         self.alpha_floor = float(alpha_floor)
-        self._last_weights: dict[str, float] = {}
         self.config.update(
             {"solver": solver, "eg_steps": eg_steps, "eg_eta": self.eg_eta, "alpha_floor": self.alpha_floor}
         )
@@ -373,14 +363,13 @@ class MixtureGreedy(MixturePolicyBase):
         if self.objective.quadratic:
             k, f = quadratic_terms(self.objective, idx)
             return solve_simplex_qp(k, f, warm_support=self._warm_support(arms))
-        last = np.array([self._last_weights.get(a, 0.0) for a in arms])
-        start = last if last.sum() > 0.5 else proportions
-        return minimize_on_simplex(lambda a: self.objective.loss_and_gradient(a, idx), start)
+        return minimize_on_simplex(
+            lambda a: self.objective.loss_and_gradient(a, idx), self._warm_start(arms, idx)
+        )
 
     def _decide(self, arms: list[str], idx: np.ndarray, context: Context) -> Decision:
         alpha = self.weights(arms, idx)
-        self._remember_support(arms, alpha)
-        self._last_weights = {a: float(w) for a, w in zip(arms, alpha, strict=True)}
+        self._remember(arms, alpha)
         if self.alpha_floor > 0:
             floor = min(self.alpha_floor, 1.0 / len(arms))
             alpha = (1.0 - len(arms) * floor) * alpha + floor
@@ -389,17 +378,6 @@ class MixtureGreedy(MixturePolicyBase):
             for i, a in enumerate(arms)
         }
         return self._sample(arms, alpha, context, scores, {"objective": self.objective.name})
-
-    def _on_remove_arm(self, arm: str) -> None:
-        super()._on_remove_arm(arm)
-        self._last_weights.pop(arm, None)
-
-    def _state(self) -> dict[str, Any]:
-        return {**super()._state(), "last_weights": dict(self._last_weights)}
-
-    def _load(self, learned: Mapping[str, Any]) -> None:
-        super()._load(learned)
-        self._last_weights = {a: float(w) for a, w in learned.get("last_weights", {}).items()}
 
 
 # --- offline oracles (evaluation references, not policies) --------------------------------------------
