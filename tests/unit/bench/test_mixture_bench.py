@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from bench import mixture
+from bench.mixture_summary import summarize
 from bench.mixture_datasets import (
     MixtureDataset,
     gaussian_dataset,
@@ -147,6 +148,8 @@ def test_benchmark_end_to_end_json_fields(tiny: Path, tmp_path: Path) -> None:
         assert [c["round"] for c in row["checkpoints"]] == [15, 30, 45, 60]
         assert sum(row["weights"].values()) == pytest.approx(1.0)
     assert report["policies"]["one-arm-oracle"]["weights"][refs["best_single_arm"]["arm"]] == 1.0
+    table = summarize(report)
+    assert "| mixture-greedy |" in table and "gap closed" in table
     png = out.with_suffix(".png")
     assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
