@@ -329,6 +329,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     mmlu.add_argument("--pca-dim", type=int, default=0, help="project to K dims by PCA (0: keep 384)")
     mmlu.add_argument("--embedder", default="minilm")
     mmlu.add_argument("--seed", type=int, default=0)
+    replot = sub.add_parser("plot", help="redraw the PNG of a JSON report")
+    replot.add_argument("--report", required=True)
+    replot.add_argument("--out", required=True)
     texts = sub.add_parser("convert-texts", help="JSONL of {arm, text[, reference]} rows to a dataset")
     texts.add_argument("--input", required=True)
     texts.add_argument("--out", required=True)
@@ -358,6 +361,11 @@ def run(args: argparse.Namespace) -> int:
             args.data_dir, None, args.per_arm, args.reference_size, args.seed, args.embedder
         )
         return _write_dataset(dataset, args.out, args.pca_dim)
+    if command == "plot":
+        from bench.mixture_plot import plot_report
+
+        print(plot_report(json.loads(Path(args.report).read_text()), args.out))
+        return 0
     if command == "convert-texts":
         arms, reference = read_texts_jsonl(args.input)
         dataset = texts_dataset(arms, reference, args.embedder, {"name": Path(args.input).stem})

@@ -25,19 +25,20 @@ def plot_report(report: dict[str, Any], path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(6.0, 3.8), dpi=90)
+    refs = report["references"]
+    means = [c["mean"] for row in report["policies"].values() for c in row["checkpoints"]]
+    log_scale = (
+        not report["higher_is_better"] and min(means, default=0.0) > 0 and refs["oracle_mixture"]["score"] > 0
+    )
+    floor = 0.3 * min(means, default=1.0)
     for name, row in report["policies"].items():
         color, style = STYLES.get(name, (None, "-"))
         rounds = [c["round"] for c in row["checkpoints"]]
+        lows = [max(c["low"], floor) if log_scale else c["low"] for c in row["checkpoints"]]
         ax.plot(rounds, [c["mean"] for c in row["checkpoints"]], style, color=color, label=name, lw=1.5)
-        ax.fill_between(
-            rounds,
-            [c["low"] for c in row["checkpoints"]],
-            [c["high"] for c in row["checkpoints"]],
-            color=color,
-            alpha=0.18,
-            lw=0,
-        )
-    refs = report["references"]
+        ax.fill_between(rounds, lows, [c["high"] for c in row["checkpoints"]], color=color, alpha=0.18, lw=0)
+    if log_scale:
+        ax.set_yscale("log")  # distances (KID, FD) fall over orders of magnitude; bands clipped for the log
     ax.axhline(
         refs["oracle_mixture"]["score"], color="black", ls="--", lw=0.8, label="oracle mixture (offline)"
     )
@@ -49,7 +50,7 @@ def plot_report(report: dict[str, Any], path: str | Path) -> Path:
     ax.set_title(
         f"{report['dataset_name']}: {report['objective']}, {len(report['seeds'])} seeds", fontsize=10
     )
-    ax.legend(fontsize=7, loc="best")
+    ax.legend(fontsize=6, loc="best", ncol=2, framealpha=0.7)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path)
