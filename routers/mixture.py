@@ -101,6 +101,8 @@ class MixturePolicyBase(PolicyBase):
 
     # --- the contract -------------------------------------------------------------------------------
     def select(self, context: Context) -> Decision:
+        """Warm-up: the candidate with the fewest observed outputs while any has fewer than n0 (round
+        robin, paper 002 Alg. 1 lines 1-2, paper 003 §5); then the subclass's rule (``_decide``)."""
         arms = candidate_arms(self._arms, context)
         if not arms:
             return Decision(arms=[], mode="mixture", info={"reason": "no candidate arm"})
@@ -228,6 +230,7 @@ class MixtureUCBCAB(UCBPolicyBase):
     name: ClassVar[str] = "mixture-ucb-cab"
 
     def _decide(self, arms: list[str], idx: np.ndarray, context: Context) -> Decision:
+        """alpha = argmin_simplex Lhat(alpha) - eps^T alpha (paper 002 eq. 6), b ~ alpha."""
         eps = self.bonus(idx)
         if self.objective.quadratic:
             k, f = quadratic_terms(self.objective, idx)
@@ -261,6 +264,7 @@ class MixtureUCBOGD(UCBPolicyBase):
     name: ClassVar[str] = "mixture-ucb-ogd"
 
     def _decide(self, arms: list[str], idx: np.ndarray, context: Context) -> Decision:
+        """b = argmin_i [grad Lhat(n / t) - eps]_i (paper 002 eq. 8)."""
         n = self.objective.counts[idx].astype(np.float64)
         t = float(n.sum())
         eps = self.bonus(idx)
@@ -291,6 +295,7 @@ class VanillaUCB(UCBPolicyBase):
     name: ClassVar[str] = "vanilla-ucb"
 
     def _decide(self, arms: list[str], idx: np.ndarray, context: Context) -> Decision:
+        """b = argmin_i L(e_i) - eps_i (paper 002 §5.1 baseline, eq. 6 restricted to vertices)."""
         single = np.array([self.objective.loss(np.ones(1), idx[i : i + 1]) for i in range(len(arms))])
         eps = self.bonus(idx)
         index = single - eps
@@ -368,6 +373,7 @@ class MixtureGreedy(MixturePolicyBase):
         )
 
     def _decide(self, arms: list[str], idx: np.ndarray, context: Context) -> Decision:
+        """alpha_t = argmin_simplex Lhat_{t-1}(alpha) (paper 003 eq. 5, 14), floored if asked; a_t ~ alpha."""
         alpha = self.weights(arms, idx)
         self._remember(arms, alpha)
         if self.alpha_floor > 0:
