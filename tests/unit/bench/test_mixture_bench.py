@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from bench import mixture
-from bench.mixture_summary import summarize
 from bench.mixture_datasets import (
     MixtureDataset,
     gaussian_dataset,
@@ -18,6 +17,7 @@ from bench.mixture_datasets import (
     read_texts_jsonl,
     texts_dataset,
 )
+from bench.mixture_summary import summarize
 
 
 @pytest.fixture(scope="module")

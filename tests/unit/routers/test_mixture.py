@@ -230,3 +230,28 @@ def test_ucb_on_smooth_objectives_generalises_the_quadratic_rules() -> None:
     h = grad - 0.6 * np.sqrt(np.log(n.sum()) / (2 * n))
     decision = ogd.select(CTX)
     np.testing.assert_allclose([decision.scores[a]["index"] for a in CENTRES], h, rtol=1e-10)
+
+
+def test_greedy_eg_solver_approaches_the_exact_solution() -> None:
+    hp = {"bandwidth": 1.0, "init_pulls": 10}
+    exact = build_policy("mixture-greedy", list(CENTRES), seed=0, hyperparameters=hp)
+    eg = build_policy(
+        "mixture-greedy",
+        list(CENTRES),
+        seed=0,
+        hyperparameters={**hp, "solver": "eg", "eg_steps": 300, "eg_eta": 20.0},
+    )
+    few = build_policy(
+        "mixture-greedy",
+        list(CENTRES),
+        seed=0,
+        hyperparameters={**hp, "solver": "eg", "eg_steps": 1, "eg_eta": 0.01},
+    )
+    for policy in (exact, eg, few):
+        _run(policy, 30, seed=8)  # same outputs: warm-up only
+    w_exact = exact.select(CTX).info["weights"]
+    w_eg = eg.select(CTX).info["weights"]
+    w_few = few.select(CTX).info["weights"]
+    assert max(abs(w_eg[a] - w_exact[a]) for a in CENTRES) < 0.02
+    # one tiny step stays at the proportions n / t = 1/3 each (the code's "tilt of the proportions")
+    assert max(abs(w_few[a] - 1 / 3) for a in CENTRES) < 0.01
