@@ -49,7 +49,7 @@ POLICY_NAMES: tuple[str, ...] = ("mixture-ucb-cab", "mixture-ucb-ogd", "mixture-
 ORACLE_NAMES: tuple[str, ...] = ("mixture-oracle", "one-arm-oracle")
 
 
-def _limit_blas_threads() -> Any:
+def limit_blas_threads() -> Any:
     """Small eigendecompositions are ~70x slower with multi-threaded OpenBLAS on a shared machine."""
     try:
         from threadpoolctl import threadpool_limits
@@ -370,7 +370,7 @@ def run(args: argparse.Namespace) -> int:
         arms, reference = read_texts_jsonl(args.input)
         dataset = texts_dataset(arms, reference, args.embedder, {"name": Path(args.input).stem})
         return _write_dataset(dataset, args.out, args.pca_dim)
-    limits = _limit_blas_threads()
+    limits = limit_blas_threads()
     try:
         report = benchmark(args)
     finally:

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.mixture import limit_blas_threads
 from routers.base import Context, Observation
 from routers.diversity import KernelQuadraticObjective
 from routers.registry import build_policy
@@ -100,6 +101,21 @@ def measure(config: str, n: int, dim: int, arms: int, rounds: int, seed: int) ->
     return float(np.median(times))
 
 
+def _measure_all(
+    configs: list[str], sizes: list[int], args: argparse.Namespace
+) -> dict[str, dict[str, float]]:
+    from tqdm import tqdm
+
+    results: dict[str, dict[str, float]] = {}
+    with tqdm(total=len(sizes) * len(configs), desc="speed", file=sys.stderr) as bar:
+        for config in configs:
+            results[config] = {}
+            for n in sizes:
+                results[config][str(n)] = measure(config, n, args.dim, args.arms, args.rounds, args.seed)
+                bar.update(1)
+    return results
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.speed_mixture", description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="1000,10000,100000")
@@ -112,21 +128,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     configs = [c for c in args.configs.split(",") if c]
+    limits = limit_blas_threads()
     try:
-        from threadpoolctl import threadpool_limits
-
-        threadpool_limits(limits=1)
-    except ImportError:  # pragma: no cover
-        pass
-    from tqdm import tqdm
-
-    results: dict[str, dict[str, float]] = {}
-    with tqdm(total=len(sizes) * len(configs), desc="speed", file=sys.stderr) as bar:
-        for config in configs:
-            results[config] = {}
-            for n in sizes:
-                results[config][str(n)] = measure(config, n, args.dim, args.arms, args.rounds, args.seed)
-                bar.update(1)
+        results = _measure_all(configs, sizes, args)
+    finally:
+        if limits is not None:
+            limits.restore_original_limits()
     header = (
         "| config | "
         + " | ".join(f"n = {n:,} (ms/round)" for n in sizes)
