@@ -8,6 +8,7 @@ from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.bus import EventBus
+from app.compaction import CompactionLoop
 from app.embedding import EmbeddingService
 from app.settings import Settings
 from app.state import PolicyStates
@@ -22,3 +23,4 @@ class AppContext:
     bus: EventBus
     states: PolicyStates
     embeddings: EmbeddingService
+    compaction: CompactionLoop | None = None

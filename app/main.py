@@ -14,6 +14,7 @@ from redis.asyncio import Redis
 
 from app.api import admin_backends, admin_routers, admin_tenants, feedback, health, route
 from app.bus import EventBus, InProcessBus, RedisStreamBus
+from app.compaction import CompactionLoop
 from app.context import AppContext
 from app.embedding import EmbeddingCache, EmbeddingService, LruEmbeddingCache, RedisEmbeddingCache
 from app.jsonable import jsonable
@@ -46,10 +47,14 @@ async def open_context(settings: Settings) -> AppContext:
     embeddings = EmbeddingService(load_embedder(settings.embedder, settings.embedder_device), cache)
     ctx = AppContext(settings, engine, sessionmaker, redis, bus, states, embeddings)
     await bus.start(states.handle, states.resync)
+    ctx.compaction = CompactionLoop(states, settings.compact_interval_s)
+    ctx.compaction.start()
     return ctx
 
 
 async def close_context(ctx: AppContext) -> None:
+    if ctx.compaction is not None:
+        await ctx.compaction.close()
     await ctx.bus.close()
     if ctx.redis is not None:
         await ctx.redis.aclose()

@@ -37,6 +37,23 @@ class Settings(BaseSettings):
     event_stream_maxlen: int = Field(1_000_000, gt=0, description="approximate cap on the stream's length")
     stream_block_ms: int = Field(500, gt=0, description="XREAD block time of the stream tailer")
     log_level: str = Field("INFO", description="standard logging level")
+    snapshot_interval_s: float = Field(30.0, gt=0, description="how often the snapshotter worker runs")
+    snapshot_lag_s: float = Field(
+        10.0, ge=0, description="snapshots claim only events created at least this long ago"
+    )
+    snapshot_keep: int = Field(3, ge=1, description="periodic snapshots kept per router (older ones deleted)")
+    compact_interval_s: float = Field(
+        60.0, ge=0, description="how often a gateway bounds its folded-id sets (0 = never)"
+    )
+    embed_pool: bool = Field(False, description="send embedding requests to the worker pool (needs Redis)")
+    embed_stream: str = Field("banditgate:embed", description="Redis stream of embedding requests")
+    embed_timeout_s: float = Field(
+        2.0, gt=0, description="wait for the pool this long, then embed in-process"
+    )
+    embed_batch_max: int = Field(64, gt=0, description="embedding worker: largest batch")
+    embed_batch_wait_ms: float = Field(
+        5.0, ge=0, description="embedding worker: longest wait for a batch to fill"
+    )
 
     @field_validator("database_url")
     @classmethod
