@@ -16,7 +16,13 @@ from app.api import admin_backends, admin_routers, admin_tenants, feedback, heal
 from app.bus import EventBus, InProcessBus, RedisStreamBus
 from app.compaction import CompactionLoop
 from app.context import AppContext
-from app.embedding import EmbeddingCache, EmbeddingService, LruEmbeddingCache, RedisEmbeddingCache
+from app.embedding import (
+    EmbeddingCache,
+    EmbeddingPoolClient,
+    EmbeddingService,
+    LruEmbeddingCache,
+    RedisEmbeddingCache,
+)
 from app.jsonable import jsonable
 from app.settings import Settings
 from app.state import PolicyStates
@@ -34,7 +40,8 @@ async def open_context(settings: Settings) -> AppContext:
     cache: EmbeddingCache
     if settings.redis_url:
         redis = Redis.from_url(
-            settings.redis_url, socket_timeout=max(5.0, settings.stream_block_ms / 1000 + 2)
+            settings.redis_url,
+            socket_timeout=max(5.0, settings.stream_block_ms / 1000 + 2, settings.embed_timeout_s + 2),
         )
         bus = RedisStreamBus(
             redis, settings.event_stream, settings.event_stream_maxlen, settings.stream_block_ms
@@ -44,7 +51,11 @@ async def open_context(settings: Settings) -> AppContext:
         bus = InProcessBus()
         cache = LruEmbeddingCache(settings.embedding_cache_size)
     states = PolicyStates(sessionmaker)
-    embeddings = EmbeddingService(load_embedder(settings.embedder, settings.embedder_device), cache)
+    embedder = load_embedder(settings.embedder, settings.embedder_device)
+    pool = None
+    if settings.embed_pool and redis is not None:
+        pool = EmbeddingPoolClient(redis, settings.embed_stream, embedder.name, settings.embed_timeout_s)
+    embeddings = EmbeddingService(embedder, cache, pool)
     ctx = AppContext(settings, engine, sessionmaker, redis, bus, states, embeddings)
     await bus.start(states.handle, states.resync)
     ctx.compaction = CompactionLoop(states, settings.compact_interval_s)

@@ -26,6 +26,7 @@ class Settings(BaseSettings):
     admin_key: SecretStr | None = Field(None, description="Bearer key for /admin; unset = admin API disabled")
     embedder: str = Field("minilm", description="minilm (all-MiniLM-L6-v2, offline) or hashing[:dim]")
     embedder_device: str = Field("cpu", description="torch device for the embedder")
+    clip_weights: str | None = Field(None, description="local OpenCLIP checkpoint for a clip:<arch> embedder")
     max_prompt_chars: int = Field(32_000, gt=0, description="longer prompts get 413")
     max_feedback_batch: int = Field(1_000, gt=0, description="most events in one POST /feedback/batch")
     embedding_cache_size: int = Field(10_000, ge=0, description="in-process embedding cache entries")
