@@ -69,8 +69,10 @@ class EmbedWorker:
         self.stats = BatchStats()
 
     async def ensure_group(self) -> None:
+        """Create the consumer group from the stream's start: requests sent before any worker existed are
+        served if still fresh (served entries are deleted; stale ones are dropped by age)."""
         try:
-            await self.redis.xgroup_create(self.stream, GROUP, id="$", mkstream=True)
+            await self.redis.xgroup_create(self.stream, GROUP, id="0", mkstream=True)
         except ResponseError as exc:
             if "BUSYGROUP" not in str(exc):
                 raise
