@@ -93,7 +93,12 @@ class EmbeddingPoolError(RuntimeError):
 
 
 class EmbeddingPoolClient:
-    """Sends one prompt to the embedding workers and waits for its vector (protocol above)."""
+    """Sends one prompt to the embedding workers and waits for its vector (protocol above).
+
+    Each waiting request holds one Redis connection (BLPOP), so the client should have its own Redis
+    client whose pool size bounds the requests in flight (``embed_max_in_flight``); past it, requests
+    fail fast with "Too many connections" and the service embeds them in-process.
+    """
 
     def __init__(
         self, redis: Redis, stream: str, model: str, timeout_s: float, maxlen: int = 100_000
@@ -122,6 +127,9 @@ class EmbeddingPoolClient:
         if raw[:1] != REPLY_OK:
             raise EmbeddingPoolError(raw[1:].decode("utf-8", "replace"))
         return np.frombuffer(raw[1:], dtype=np.float32).copy()
+
+    async def close(self) -> None:
+        await self.redis.aclose()
 
 
 class EmbeddingService:

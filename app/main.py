@@ -41,7 +41,7 @@ async def open_context(settings: Settings) -> AppContext:
     if settings.redis_url:
         redis = Redis.from_url(
             settings.redis_url,
-            socket_timeout=max(5.0, settings.stream_block_ms / 1000 + 2, settings.embed_timeout_s + 2),
+            socket_timeout=max(5.0, settings.stream_block_ms / 1000 + 2),
         )
         bus = RedisStreamBus(
             redis, settings.event_stream, settings.event_stream_maxlen, settings.stream_block_ms
@@ -53,8 +53,13 @@ async def open_context(settings: Settings) -> AppContext:
     states = PolicyStates(sessionmaker)
     embedder = load_embedder(settings.embedder, settings.embedder_device)
     pool = None
-    if settings.embed_pool and redis is not None:
-        pool = EmbeddingPoolClient(redis, settings.embed_stream, embedder.name, settings.embed_timeout_s)
+    if settings.embed_pool and settings.redis_url:
+        pool_redis = Redis.from_url(
+            settings.redis_url,
+            max_connections=settings.embed_max_in_flight,
+            socket_timeout=settings.embed_timeout_s + 2,
+        )
+        pool = EmbeddingPoolClient(pool_redis, settings.embed_stream, embedder.name, settings.embed_timeout_s)
     embeddings = EmbeddingService(embedder, cache, pool)
     ctx = AppContext(settings, engine, sessionmaker, redis, bus, states, embeddings)
     await bus.start(states.handle, states.resync)
@@ -67,6 +72,8 @@ async def close_context(ctx: AppContext) -> None:
     if ctx.compaction is not None:
         await ctx.compaction.close()
     await ctx.bus.close()
+    if ctx.embeddings.pool is not None:
+        await ctx.embeddings.pool.close()
     if ctx.redis is not None:
         await ctx.redis.aclose()
     await ctx.engine.dispose()

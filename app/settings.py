@@ -51,6 +51,11 @@ class Settings(BaseSettings):
     embed_timeout_s: float = Field(
         2.0, gt=0, description="wait for the pool this long, then embed in-process"
     )
+    embed_max_in_flight: int = Field(
+        256,
+        gt=0,
+        description="pool requests one gateway process waits on at once (its own Redis connections)",
+    )
     embed_batch_max: int = Field(64, gt=0, description="embedding worker: largest batch")
     embed_batch_wait_ms: float = Field(
         5.0, ge=0, description="embedding worker: longest wait for a batch to fill"

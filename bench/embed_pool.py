@@ -88,7 +88,7 @@ async def pool_single_latency_ms(client: PoolClient, prompts: list[str]) -> floa
 
 
 async def run_pool(args: argparse.Namespace, prompts: list[str], model: str) -> dict[str, float]:
-    redis: Any = Redis.from_url(args.redis, socket_timeout=120)
+    redis: Any = Redis.from_url(args.redis, socket_timeout=130, max_connections=args.concurrency + 8)
     stream = f"bench:embed:{uuid.uuid4().hex[:8]}"
     env = dict(os.environ) | {
         "BANDITGATE_REDIS_URL": args.redis,

@@ -122,3 +122,21 @@ async def test_the_gateway_routes_through_the_pool(pg_stack: Stack) -> None:
             assert (await client.post("/route", json=prompt, headers=bearer(t.key))).status_code == 200
             assert worker.stats.requests == 1  # the second time came from the Redis cache
             assert app.state.ctx.embeddings.pool_fallbacks == 0
+
+
+async def test_past_the_in_flight_bound_requests_fall_back_at_once() -> None:
+    stream = unique("bg:test-embed")
+    one_connection = Redis.from_url(REDIS_URL, max_connections=1)
+    service = EmbeddingService(
+        HashingEmbedder(), LruEmbeddingCache(10), EmbeddingPoolClient(one_connection, stream, "hashing", 1.0)
+    )
+
+    async def timed(text: str) -> float:
+        started = time.monotonic()
+        await service.embed(text)
+        return time.monotonic() - started
+
+    waited, rejected = sorted(await asyncio.gather(timed("first"), timed("second")), reverse=True)
+    assert waited >= 1.0 and rejected < 0.5 and service.pool_fallbacks == 2
+    await one_connection.delete(stream)
+    await one_connection.aclose()
