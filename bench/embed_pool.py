@@ -31,24 +31,12 @@ from bench.prompts import DEFAULT_DATA, mmlu_prompts
 from embeddings.registry import load_embedder
 
 
-def raw_throughput(embedder: Any, prompts: list[str], batch: int, repeats: int) -> float:
-    """Median prompts/s of the in-process model embedding ``prompts`` in batches of ``batch``."""
-    rates = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        for i in range(0, len(prompts), batch):
-            embedder.embed(prompts[i : i + batch])
-        rates.append(len(prompts) / (time.perf_counter() - started))
-    return statistics.median(rates)
-
-
-def raw_single_latency_ms(embedder: Any, prompts: list[str]) -> float:
-    times = []
-    for p in prompts:
-        started = time.perf_counter()
-        embedder.embed([p])
-        times.append((time.perf_counter() - started) * 1000)
-    return statistics.median(times)
+def raw_throughput(embedder: Any, prompts: list[str], batch: int) -> float:
+    """Prompts/s of the in-process model embedding ``prompts`` in batches of ``batch``."""
+    started = time.perf_counter()
+    for i in range(0, len(prompts), batch):
+        embedder.embed(prompts[i : i + batch])
+    return len(prompts) / (time.perf_counter() - started)
 
 
 class PoolClient:
@@ -78,16 +66,9 @@ async def pool_throughput(client: PoolClient, prompts: list[str], concurrency: i
     return len(prompts) / (time.perf_counter() - started)
 
 
-async def pool_single_latency_ms(client: PoolClient, prompts: list[str]) -> float:
-    times = []
-    for p in prompts:
-        started = time.perf_counter()
-        await client.embed(p)
-        times.append((time.perf_counter() - started) * 1000)
-    return statistics.median(times)
-
-
-async def run_pool(args: argparse.Namespace, prompts: list[str], model: str) -> dict[str, float]:
+async def measure(args: argparse.Namespace, embedder: Any, prompts: list[str]) -> dict[str, Any]:
+    """Raw and pool rounds alternate (raw, pool, raw, pool, ...) with the worker idle during raw rounds,
+    so a change in the machine's load hits both alike; the single-request latencies are paired too."""
     redis: Any = Redis.from_url(args.redis, socket_timeout=130, max_connections=args.concurrency + 8)
     stream = f"bench:embed:{uuid.uuid4().hex[:8]}"
     env = dict(os.environ) | {
@@ -101,17 +82,35 @@ async def run_pool(args: argparse.Namespace, prompts: list[str], model: str) -> 
     }
     worker = subprocess.Popen([sys.executable, "-m", "app.cli", "worker", "embed"], env=env)
     try:
-        client = PoolClient(redis, stream, model)
+        client = PoolClient(redis, stream, embedder.name)
         await client.embed("warm-up: the worker loads its model first", timeout_s=120)
-        await client.embed("warm-up again")
-        rates = [await pool_throughput(client, prompts, args.concurrency) for _ in range(args.repeats)]
-        single = await pool_single_latency_ms(client, prompts[: args.single])
-        return {"pool_prompts_per_s": statistics.median(rates), "pool_single_ms": single}
+        raw_rates, pool_rates = [], []
+        for _ in range(args.repeats):
+            raw_rates.append(raw_throughput(embedder, prompts, args.batch))
+            pool_rates.append(await pool_throughput(client, prompts, args.concurrency))
+        raw_ms, pool_ms = [], []
+        for p in prompts[: args.single]:
+            started = time.perf_counter()
+            embedder.embed([p])
+            raw_ms.append((time.perf_counter() - started) * 1000)
+            started = time.perf_counter()
+            await client.embed(p)
+            pool_ms.append((time.perf_counter() - started) * 1000)
     finally:
         worker.terminate()
         worker.wait(timeout=30)
         await redis.delete(stream)
         await redis.aclose()
+    raw, pool = statistics.median(raw_rates), statistics.median(pool_rates)
+    return {
+        "raw_prompts_per_s": round(raw, 1),
+        "pool_prompts_per_s": round(pool, 1),
+        "ratio": round(pool / raw, 3),
+        "ratio_per_round": [round(p / r, 3) for r, p in zip(raw_rates, pool_rates, strict=True)],
+        "raw_single_ms": round(statistics.median(raw_ms), 2),
+        "pool_single_ms": round(statistics.median(pool_ms), 2),
+        "added_latency_ms": round(statistics.median(p - r for r, p in zip(raw_ms, pool_ms, strict=True)), 2),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,22 +131,14 @@ def main(argv: list[str] | None = None) -> int:
     prompts = mmlu_prompts(args.data, args.prompts)
     embedder = load_embedder(args.embedder)
     embedder.embed(prompts[:8])  # warm-up
-    raw = raw_throughput(embedder, prompts, args.batch, args.repeats)
-    raw_single = raw_single_latency_ms(embedder, prompts[: args.single])
-    pool = asyncio.run(run_pool(args, prompts, embedder.name))
     result = {
         "embedder": args.embedder,
         "prompts": len(prompts),
         "batch": args.batch,
         "wait_ms": args.wait_ms,
         "concurrency": args.concurrency,
-        "raw_prompts_per_s": round(raw, 1),
-        "pool_prompts_per_s": round(pool["pool_prompts_per_s"], 1),
-        "ratio": round(pool["pool_prompts_per_s"] / raw, 3),
-        "raw_single_ms": round(raw_single, 2),
-        "pool_single_ms": round(pool["pool_single_ms"], 2),
-        "added_latency_ms": round(pool["pool_single_ms"] - raw_single, 2),
-    }
+        "repeats": args.repeats,
+    } | asyncio.run(measure(args, embedder, prompts))
     print(json.dumps(result))
     return 0
 
