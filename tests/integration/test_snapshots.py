@@ -113,8 +113,8 @@ async def test_compaction_folds_an_event_the_bus_never_delivered(pg_stack: Stack
         assert live.events_folded == 5 and live.watermark == hidden[0] and live.folded == set()
 
 
-async def test_the_safety_lag_leaves_recent_events_unclaimed(pg_stack: Stack) -> None:
-    app = create_app(pg_stack.settings(compact_interval_s=0))
+async def test_the_safety_lag_leaves_recent_events_unclaimed(stack: Stack) -> None:
+    app = create_app(stack.settings(compact_interval_s=0))
     async with running(app) as client:
         ctx = app.state.ctx
         t = await make_tenancy(client)
@@ -135,8 +135,8 @@ async def test_the_safety_lag_leaves_recent_events_unclaimed(pg_stack: Stack) ->
         assert restarted.events_folded == 5
 
 
-async def test_reset_after_a_periodic_snapshot_wins(pg_stack: Stack) -> None:
-    app = create_app(pg_stack.settings(compact_interval_s=0))
+async def test_reset_after_a_periodic_snapshot_wins(stack: Stack) -> None:
+    app = create_app(stack.settings(compact_interval_s=0))
     async with running(app) as client:
         ctx = app.state.ctx
         t = await make_tenancy(client)
