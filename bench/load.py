@@ -9,6 +9,9 @@ admin API, then drives it with an asyncio httpx client holding ``--concurrency``
 - cached: ``--requests`` /route calls over 32 prompts embedded beforehand (Redis embedding cache hits);
 - feedback: one /feedback per cached decision (insert, commit, publish, wait for the own fold).
 
+With ``--pool`` an embedding worker (``banditgate worker embed``) runs beside the gateway and the gateway
+sends its cache misses to it.
+
     nice -n 10 python -m bench.load --workers 1 2 4 --requests 400 --data /work/shared/data
 
 Loopback only; bounded request counts. Prints one JSON line per worker count. bench/ never imports app/:
@@ -138,6 +141,11 @@ def run_one(workers: int, prompts: list[str], args: argparse.Namespace) -> dict[
         "BANDITGATE_LOG_LEVEL": "WARNING",
     }
     proc: subprocess.Popen[bytes] | None = None
+    pool: subprocess.Popen[bytes] | None = None
+    if args.pool:  # one embedding worker; the gateways send their cache misses to it
+        env |= {"BANDITGATE_EMBED_POOL": "true", "BANDITGATE_EMBED_STREAM": f"bench:embed:{db}"}
+        env["BANDITGATE_EMBED_TIMEOUT_S"] = "10"
+        pool = subprocess.Popen([sys.executable, "-m", "app.cli", "worker", "embed"], env=env)
     try:
         subprocess.run([sys.executable, "-m", "app.cli", "migrate"], env=env, check=True, capture_output=True)
         cmd = [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--workers", str(workers)]
@@ -145,11 +153,17 @@ def run_one(workers: int, prompts: list[str], args: argparse.Namespace) -> dict[
         url = f"http://127.0.0.1:{port}"
         wait_ready(url, proc)
         result = asyncio.run(measure(url, admin_key, prompts, args))
-        return {"workers": workers, "embedder": args.embedder, "requests": args.requests} | result
+        return {
+            "workers": workers,
+            "embedder": args.embedder,
+            "pool": args.pool,
+            "requests": args.requests,
+        } | result
     finally:
-        if proc is not None:
-            proc.terminate()
-            proc.wait(timeout=60)
+        for child in (proc, pool):
+            if child is not None:
+                child.terminate()
+                child.wait(timeout=60)
         asyncio.run(admin_sql(args.pg, f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)'))
 
 
@@ -166,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--embedder", default="minilm")
     parser.add_argument("--port", type=int, default=18080)
+    parser.add_argument("--pool", action="store_true", help="embed cache misses in one embedding worker")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     args = parser.parse_args(argv)
     prompts = mmlu_prompts(args.data, max(args.requests, 64))
