@@ -181,7 +181,7 @@ def test_a_replica_killed_under_load_restarts_from_snapshot_and_replay(pg_stack:
         events_folded(b.url, t.tenant)
 
         def kill_b_midway(count: int, url: str) -> None:
-            if count == 80 and b.proc is not None and b.proc.poll() is None:
+            if count >= 80 and b.proc is not None and b.proc.poll() is None:
                 b.kill()
 
         acked, failed = asyncio.run(burst([a.url, b.url], t.key, 200, on_ack=kill_b_midway))
