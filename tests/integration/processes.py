@@ -16,12 +16,7 @@ from dataclasses import dataclass
 import httpx
 
 from tests.conftest import ADMIN_KEY, REDIS_URL, admin_headers, unique
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.served import free_port
 
 
 def gateway_env(database_url: str, stream: str, redis_url: str = REDIS_URL, **extra: str) -> dict[str, str]:
