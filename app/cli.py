@@ -1,4 +1,4 @@
-"""The ``banditgate`` command: serve, migrate, demo, bench.
+"""The ``banditgate`` command: serve, migrate, demo, bench, worker.
 
 This is the one module that reaches into ``bench/`` and ``workers/``, lazily, so the service never
 imports them.
@@ -132,6 +132,20 @@ def cmd_bench(args: argparse.Namespace, rest: list[str]) -> int:
     return int(bench_main(rest))
 
 
+WORKERS = {"snapshot": "workers.snapshotter", "embed": "workers.embed_worker"}
+
+
+def cmd_worker(rest: list[str]) -> int:
+    """``banditgate worker snapshot|embed [options]``: the background workers (workers/)."""
+    import importlib
+
+    if not rest or rest[0] not in WORKERS:
+        print(f"usage: banditgate worker {{{','.join(WORKERS)}}} [--help]", file=sys.stderr)
+        return 2
+    module = importlib.import_module(WORKERS[rest[0]])
+    return int(module.main(rest[1:]))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="banditgate", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -169,6 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluator.set_defaults(func=cmd_replay_evaluator)
 
     sub.add_parser("bench", help="offline replay benchmarks (banditgate bench --help)", add_help=False)
+    sub.add_parser("worker", help="background workers: snapshot, embed (banditgate worker NAME --help)")
     return parser
 
 
@@ -176,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "bench":
         return cmd_bench(argparse.Namespace(), argv[1:])
+    if argv and argv[0] == "worker":
+        return cmd_worker(argv[1:])
     args = build_parser().parse_args(argv)
     return int(args.func(args))
 

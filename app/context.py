@@ -9,6 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.backends import BackendClient
 from app.bus import EventBus
+from app.compaction import CompactionLoop
 from app.embedding import EmbeddingService
 from app.settings import Settings
 from app.state import PolicyStates
@@ -24,3 +25,4 @@ class AppContext:
     states: PolicyStates
     embeddings: EmbeddingService
     backends: BackendClient
+    compaction: CompactionLoop | None = None

@@ -1,18 +1,27 @@
 """Prompt -> unit vector for the request path, cached by prompt hash.
 
 The cache is Redis when configured (shared by every replica, with a TTL) and an in-process LRU
-otherwise. The embedder itself runs in a worker thread so the event loop keeps serving. (The scale-out
-work adds a pool of embedding workers in front of the in-process embedder.)
+otherwise. The embedder itself runs in a worker thread so the event loop keeps serving. With
+``embed_pool`` set, cache misses go to the pool of embedding workers (``banditgate worker embed``) over a
+Redis stream, and fall back to the in-process embedder when the pool does not answer in time.
+
+The pool's wire protocol (the worker is ``workers/embed_worker.py``):
+
+- request: ``XADD <embed_stream> * text <prompt> model <embedder name> reply <reply key>``;
+- reply: the worker ``RPUSH``es one item on ``<reply key>`` (expiring after ``REPLY_TTL_S``):
+  ``b"\x00"`` + the float32 vector's bytes, or ``b"\x01"`` + an error message;
+- the gateway waits on the reply key with ``BLPOP`` for at most ``embed_timeout_s``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
+import uuid
 from collections import OrderedDict
 from typing import Any, Protocol
 
-import anyio
 import numpy as np
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -74,10 +83,63 @@ class RedisEmbeddingCache:
             log.warning("embedding cache write failed: %s", exc)
 
 
+REPLY_OK = b"\x00"
+REPLY_ERROR = b"\x01"
+REPLY_TTL_S = 30
+
+
+class EmbeddingPoolError(RuntimeError):
+    """The pool did not answer in time, or answered with an error."""
+
+
+class EmbeddingPoolClient:
+    """Sends one prompt to the embedding workers and waits for its vector (protocol above).
+
+    Each waiting request holds one Redis connection (BLPOP), so the client should have its own Redis
+    client whose pool size bounds the requests in flight (``embed_max_in_flight``); past it, requests
+    fail fast with "Too many connections" and the service embeds them in-process.
+    """
+
+    def __init__(
+        self, redis: Redis, stream: str, model: str, timeout_s: float, maxlen: int = 100_000
+    ) -> None:
+        self.redis: Any = redis
+        self.stream = stream
+        self.model = model
+        self.timeout_s = timeout_s
+        self.maxlen = maxlen
+
+    async def embed(self, text: str) -> np.ndarray:
+        reply_key = f"{self.stream}:reply:{uuid.uuid4().hex}"
+        try:
+            await self.redis.xadd(
+                self.stream,
+                {"text": text, "model": self.model, "reply": reply_key},
+                maxlen=self.maxlen,
+                approximate=True,
+            )
+            answer = await self.redis.blpop([reply_key], timeout=self.timeout_s)
+        except (RedisError, OSError) as exc:
+            raise EmbeddingPoolError(f"embedding pool unreachable: {exc}") from exc
+        if answer is None:
+            raise EmbeddingPoolError(f"no embedding worker answered within {self.timeout_s} s")
+        raw: bytes = answer[1]
+        if raw[:1] != REPLY_OK:
+            raise EmbeddingPoolError(raw[1:].decode("utf-8", "replace"))
+        return np.frombuffer(raw[1:], dtype=np.float32).copy()
+
+    async def close(self) -> None:
+        await self.redis.aclose()
+
+
 class EmbeddingService:
-    def __init__(self, embedder: Embedder, cache: EmbeddingCache) -> None:
+    def __init__(
+        self, embedder: Embedder, cache: EmbeddingCache, pool: EmbeddingPoolClient | None = None
+    ) -> None:
         self.embedder = embedder
         self.cache = cache
+        self.pool = pool
+        self.pool_fallbacks = 0  # cache misses the pool did not answer (embedded in-process instead)
 
     @property
     def dim(self) -> int:
@@ -90,6 +152,22 @@ class EmbeddingService:
         cached = await self.cache.get(key)
         if cached is not None:
             return cached, digest
-        vector = (await anyio.to_thread.run_sync(self.embedder.embed, [text]))[0]
+        vector = await self._embed_uncached(text)
         await self.cache.put(key, vector)
         return vector, digest
+
+    async def _embed_uncached(self, text: str) -> np.ndarray:
+        if self.pool is not None:
+            try:
+                pooled = await self.pool.embed(text)
+                if pooled.shape == (self.dim,):
+                    return pooled
+                raise EmbeddingPoolError(f"the pool answered a {pooled.shape} vector; expected ({self.dim},)")
+            except EmbeddingPoolError as exc:
+                self.pool_fallbacks += 1
+                log.warning("embedding pool failed (%s); embedding in-process", exc)
+        # asyncio's executor rather than anyio's worker threads: anyio binds its threads to a "root task"
+        # and reuses them after that task ends when one event loop outlives it (pytest's session loop),
+        # which hangs the call.
+        vector: np.ndarray = (await asyncio.to_thread(self.embedder.embed, [text]))[0]
+        return vector

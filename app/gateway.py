@@ -190,6 +190,14 @@ async def record_feedback(
         payload: dict[str, object] = {}
         if item.output_embedding is not None:
             payload["output_embedding"] = item.output_embedding
+        elif item.output_text is not None:
+            if len(item.output_text) > ctx.settings.max_prompt_chars:
+                raise HTTPException(
+                    status.HTTP_413_CONTENT_TOO_LARGE,
+                    f"output_text has {len(item.output_text)} characters; the limit is {ctx.settings.max_prompt_chars}",
+                )
+            vector, _ = await ctx.embeddings.embed(item.output_text)
+            payload["output_embedding"] = [float(v) for v in vector]
         if item.metadata:
             payload["metadata"] = item.metadata
         values: dict[str, object] = {

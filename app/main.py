@@ -19,9 +19,16 @@ from app.api.metrics import RequestMetrics
 from app.api.metrics import router as metrics_router
 from app.backends import BackendClient
 from app.bus import EventBus, InProcessBus, RedisStreamBus
+from app.compaction import CompactionLoop
 from app.context import AppContext
 from app.dashboard import mount_dashboard
-from app.embedding import EmbeddingCache, EmbeddingService, LruEmbeddingCache, RedisEmbeddingCache
+from app.embedding import (
+    EmbeddingCache,
+    EmbeddingPoolClient,
+    EmbeddingService,
+    LruEmbeddingCache,
+    RedisEmbeddingCache,
+)
 from app.jsonable import jsonable
 from app.settings import Settings
 from app.state import PolicyStates
@@ -39,7 +46,8 @@ async def open_context(settings: Settings) -> AppContext:
     cache: EmbeddingCache
     if settings.redis_url:
         redis = Redis.from_url(
-            settings.redis_url, socket_timeout=max(5.0, settings.stream_block_ms / 1000 + 2)
+            settings.redis_url,
+            socket_timeout=max(5.0, settings.stream_block_ms / 1000 + 2),
         )
         bus = RedisStreamBus(
             redis, settings.event_stream, settings.event_stream_maxlen, settings.stream_block_ms
@@ -49,16 +57,31 @@ async def open_context(settings: Settings) -> AppContext:
         bus = InProcessBus()
         cache = LruEmbeddingCache(settings.embedding_cache_size)
     states = PolicyStates(sessionmaker)
-    embeddings = EmbeddingService(load_embedder(settings.embedder, settings.embedder_device), cache)
+    embedder = load_embedder(settings.embedder, settings.embedder_device)
+    pool = None
+    if settings.embed_pool and settings.redis_url:
+        pool_redis = Redis.from_url(
+            settings.redis_url,
+            max_connections=settings.embed_max_in_flight,
+            socket_timeout=settings.embed_timeout_s + 2,
+        )
+        pool = EmbeddingPoolClient(pool_redis, settings.embed_stream, embedder.name, settings.embed_timeout_s)
+    embeddings = EmbeddingService(embedder, cache, pool)
     backends = BackendClient(settings)
     ctx = AppContext(settings, engine, sessionmaker, redis, bus, states, embeddings, backends)
     await bus.start(states.handle, states.resync)
+    ctx.compaction = CompactionLoop(states, settings.compact_interval_s)
+    ctx.compaction.start()
     return ctx
 
 
 async def close_context(ctx: AppContext) -> None:
+    if ctx.compaction is not None:
+        await ctx.compaction.close()
     await ctx.bus.close()
     await ctx.backends.aclose()
+    if ctx.embeddings.pool is not None:
+        await ctx.embeddings.pool.close()
     if ctx.redis is not None:
         await ctx.redis.aclose()
     await ctx.engine.dispose()

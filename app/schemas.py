@@ -236,12 +236,24 @@ class FeedbackRequest(Strict):
     output_embedding: list[float] | None = Field(
         None, max_length=8192, description="the answer's embedding (mixture policies)"
     )
+    output_text: str | None = Field(
+        None, min_length=1, description="the answer's text; the gateway embeds it into output_embedding"
+    )
     metadata: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _something(self) -> FeedbackRequest:
-        if self.reward is None and self.cost is None and self.output_embedding is None:
-            raise ValueError("feedback needs at least one of 'reward', 'cost' or 'output_embedding'")
+        if (
+            self.reward is None
+            and self.cost is None
+            and self.output_embedding is None
+            and self.output_text is None
+        ):
+            raise ValueError(
+                "feedback needs at least one of 'reward', 'cost', 'output_embedding' or 'output_text'"
+            )
+        if self.output_embedding is not None and self.output_text is not None:
+            raise ValueError("give 'output_embedding' or 'output_text', not both")
         if self.output_embedding is not None and not all(math.isfinite(v) for v in self.output_embedding):
             raise ValueError("output_embedding must contain finite numbers")
         return self

@@ -26,6 +26,7 @@ class Settings(BaseSettings):
     admin_key: SecretStr | None = Field(None, description="Bearer key for /admin; unset = admin API disabled")
     embedder: str = Field("minilm", description="minilm (all-MiniLM-L6-v2, offline) or hashing[:dim]")
     embedder_device: str = Field("cpu", description="torch device for the embedder")
+    clip_weights: str | None = Field(None, description="local OpenCLIP checkpoint for a clip:<arch> embedder")
     max_prompt_chars: int = Field(32_000, gt=0, description="longer prompts get 413")
     max_feedback_batch: int = Field(1_000, gt=0, description="most events in one POST /feedback/batch")
     embedding_cache_size: int = Field(10_000, ge=0, description="in-process embedding cache entries")
@@ -60,6 +61,28 @@ class Settings(BaseSettings):
     )
     admin_page_max: int = Field(500, gt=0, description="largest page of /admin/decisions and /admin/feedback")
     metrics_enabled: bool = Field(True, description="serve Prometheus metrics at GET /metrics")
+    snapshot_interval_s: float = Field(30.0, gt=0, description="how often the snapshotter worker runs")
+    snapshot_lag_s: float = Field(
+        10.0, ge=0, description="snapshots claim only events created at least this long ago"
+    )
+    snapshot_keep: int = Field(3, ge=1, description="periodic snapshots kept per router (older ones deleted)")
+    compact_interval_s: float = Field(
+        60.0, ge=0, description="how often a gateway bounds its folded-id sets (0 = never)"
+    )
+    embed_pool: bool = Field(False, description="send embedding requests to the worker pool (needs Redis)")
+    embed_stream: str = Field("banditgate:embed", description="Redis stream of embedding requests")
+    embed_timeout_s: float = Field(
+        2.0, gt=0, description="wait for the pool this long, then embed in-process"
+    )
+    embed_max_in_flight: int = Field(
+        256,
+        gt=0,
+        description="pool requests one gateway process waits on at once (its own Redis connections)",
+    )
+    embed_batch_max: int = Field(64, gt=0, description="embedding worker: largest batch")
+    embed_batch_wait_ms: float = Field(
+        5.0, ge=0, description="embedding worker: longest wait for a batch to fill"
+    )
 
     @field_validator("database_url")
     @classmethod

@@ -4,7 +4,8 @@ A router's runtime is loaded on first use: the starting snapshot (if any), then 
 the database, in id order. From then on the process folds what the bus delivers. Each runtime remembers
 which event ids it folded after its watermark, so an event that arrives twice (from the replay and from
 the stream, or again after a resync) is learned once. Events that arrive while a runtime is loading are
-buffered and applied after the replay.
+buffered and applied after the replay. ``compact`` keeps that set bounded: it moves the watermark up to
+the newest periodic snapshot's (below which nothing can still commit) and forgets the ids under it.
 
 All policy calls happen on the event loop thread and never await, so a policy is never used by two
 coroutines at once.
@@ -14,13 +15,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.events import FeedbackMessage, Message, RouterChanged
-from app.store.eventlog import config_hash, events_after, payload_embedding, starting_snapshot
+from app.store.eventlog import (
+    config_hash,
+    event_ids_between,
+    events_after,
+    newest_snapshot,
+    payload_embedding,
+    starting_snapshot,
+)
 from app.store.models import Router
 from routers.base import OBSERVATION_KINDS, Observation, Policy, decode_state
 from routers.registry import build_policy, restore_policy
@@ -56,6 +65,66 @@ def reconcile_arms(policy: Policy, arms: list[str]) -> None:
     for arm in arms:
         if arm not in policy.arms:
             policy.add_arm(arm)
+
+
+async def load_runtime(session: AsyncSession, router: Router, up_to: int | None = None) -> RouterRuntime:
+    """The router's starting snapshot with every later event folded in id order (only ids <= ``up_to``
+    when given: the snapshotter folds up to its safe watermark)."""
+    snapshot = await starting_snapshot(session, router)
+    current = config_hash(router)
+    if snapshot is None:
+        policy, watermark, folded_before = fresh_policy(router), 0, 0
+    else:
+        watermark, folded_before = snapshot.watermark, snapshot.events_folded
+        if snapshot.config_hash == current:
+            policy = restore_policy(decode_state(snapshot.state))
+        else:  # configuration changed since: relearn from the log after this point
+            policy = fresh_policy(router)
+    reconcile_arms(policy, list(router.arms))
+    runtime = RouterRuntime(router.id, router.version, current, policy, watermark)
+    runtime.events_folded = folded_before
+    for message in await events_after(session, router.id, watermark, up_to=up_to):
+        fold(runtime, message)
+    return runtime
+
+
+def fold(runtime: RouterRuntime, message: FeedbackMessage) -> None:
+    """Learn one event, once: ids at or below the watermark, or already folded, are skipped."""
+    if message.event_id <= runtime.watermark or message.event_id in runtime.folded:
+        return
+    runtime.folded.add(message.event_id)
+    runtime.events_folded += 1
+    kind = message.kind if message.kind in OBSERVATION_KINDS else "bandit"
+    observation = Observation(
+        embedding=message.embedding,
+        arm=message.model,
+        reward=message.reward,
+        cost=message.cost,
+        kind=kind,  # type: ignore[arg-type]
+        output_embedding=payload_embedding(message.payload),
+        extra=message.payload,
+    )
+    try:
+        runtime.policy.update(observation)
+    except Exception:  # a bad event must not stop the fold; it is counted and logged
+        runtime.fold_errors += 1
+        log.exception("policy update failed for event %s of router %s", message.event_id, runtime.router_id)
+
+
+def advance_watermark(runtime: RouterRuntime, new_watermark: int, committed: Iterable[int]) -> None:
+    """Move the watermark up to ``new_watermark`` and forget the folded ids at or below it.
+
+    ``committed`` must be every event id of the router in (watermark, new_watermark] that will ever
+    commit (a snapshot watermark guarantees that no later commit lands below it); the caller folds any
+    of them that are missing first, so nothing is lost and nothing is learned twice.
+    """
+    if new_watermark <= runtime.watermark:
+        return
+    missing = set(committed) - runtime.folded
+    if missing:
+        raise ValueError(f"events {sorted(missing)[:5]} are not folded yet")
+    runtime.folded = {i for i in runtime.folded if i > new_watermark}
+    runtime.watermark = new_watermark
 
 
 class PolicyStates:
@@ -96,52 +165,18 @@ class PolicyStates:
 
     async def _load(self, router: Router) -> RouterRuntime:
         async with self._sessionmaker() as session:
-            snapshot = await starting_snapshot(session, router)
-            current = config_hash(router)
-            if snapshot is None:
-                policy, watermark, folded_before = fresh_policy(router), 0, 0
-            else:
-                watermark, folded_before = snapshot.watermark, snapshot.events_folded
-                if snapshot.config_hash == current:
-                    policy = restore_policy(decode_state(snapshot.state))
-                else:  # configuration changed since: relearn from the log after this point
-                    policy = fresh_policy(router)
-            reconcile_arms(policy, list(router.arms))
-            runtime = RouterRuntime(router.id, router.version, current, policy, watermark)
-            runtime.events_folded = folded_before
-            for message in await events_after(session, router.id, watermark):
-                self._apply(runtime, message)
+            runtime = await load_runtime(session, router)
         log.info(
             "loaded router %s v%s: %s events folded, watermark %s",
             router.id,
             router.version,
             runtime.events_folded,
-            watermark,
+            runtime.watermark,
         )
         return runtime
 
     def _apply(self, runtime: RouterRuntime, message: FeedbackMessage) -> None:
-        if message.event_id <= runtime.watermark or message.event_id in runtime.folded:
-            return
-        runtime.folded.add(message.event_id)
-        runtime.events_folded += 1
-        kind = message.kind if message.kind in OBSERVATION_KINDS else "bandit"
-        observation = Observation(
-            embedding=message.embedding,
-            arm=message.model,
-            reward=message.reward,
-            cost=message.cost,
-            kind=kind,  # type: ignore[arg-type]
-            output_embedding=payload_embedding(message.payload),
-            extra=message.payload,
-        )
-        try:
-            runtime.policy.update(observation)
-        except Exception:  # a bad event must not stop the fold; it is counted and logged
-            runtime.fold_errors += 1
-            log.exception(
-                "policy update failed for event %s of router %s", message.event_id, runtime.router_id
-            )
+        fold(runtime, message)
 
     async def handle(self, message: Message) -> None:
         """The bus handler: fold feedback, drop runtimes whose router changed."""
@@ -186,6 +221,33 @@ class PolicyStates:
                 waiter = self._waiters.pop(message.event_id, None)
                 if waiter is not None:
                     waiter.set()
+
+    async def compact(self) -> int:
+        """Bound every loaded runtime's ``folded`` set: move its watermark up to the newest periodic
+        snapshot's watermark (below which no event can still commit), folding first any event below it
+        that this process missed. Returns how many folded ids were forgotten."""
+        forgotten = 0
+        for router_id, runtime in list(self._runtimes.items()):
+            async with self._sessionmaker() as session:
+                periodic = await newest_snapshot(session, router_id, ("periodic",))
+                target = 0 if periodic is None else int(periodic.watermark)
+                if target <= runtime.watermark:
+                    continue
+                committed = await event_ids_between(session, router_id, runtime.watermark, target)
+                missed = await events_after(
+                    session, router_id, runtime.watermark, skip=set(runtime.folded), up_to=target
+                )
+            if self._runtimes.get(router_id) is not runtime:
+                continue  # replaced while we read (router changed): the new runtime starts bounded
+            for message in missed:
+                self._apply(runtime, message)
+                waiter = self._waiters.pop(message.event_id, None)
+                if waiter is not None:
+                    waiter.set()
+            before = len(runtime.folded)
+            advance_watermark(runtime, target, committed)
+            forgotten += before - len(runtime.folded)
+        return forgotten
 
     def drop(self, router_id: int) -> None:
         self._runtimes.pop(router_id, None)

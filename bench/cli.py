@@ -18,6 +18,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "bench.run_command",
     "bench.convert_routellm",
     "bench.synthetic",
+    "bench.mixture",
 )
 
 

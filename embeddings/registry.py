@@ -1,11 +1,13 @@
-"""Embedders by name: ``minilm`` (default, offline all-MiniLM-L6-v2) and ``hashing`` (no model)."""
+"""Embedders by name: ``minilm`` (default, offline all-MiniLM-L6-v2), ``hashing`` (no model) and
+``clip:<architecture>`` (OpenCLIP text tower from local weights; the optional ``gpu`` extra)."""
 
 from __future__ import annotations
 
 from embeddings.base import Embedder
 
 
-def load_embedder(name: str, device: str = "cpu") -> Embedder:
+def load_embedder(name: str, device: str = "cpu", weights: str | None = None) -> Embedder:
+    """``weights``: a local checkpoint, used by ``clip:<architecture>`` only (never downloaded)."""
     if name == "minilm":
         from embeddings.minilm import load_minilm
 
@@ -15,4 +17,10 @@ def load_embedder(name: str, device: str = "cpu") -> Embedder:
 
         _, _, dim = name.partition(":")
         return HashingEmbedder(int(dim) if dim else 384)
-    raise ValueError(f"unknown embedder {name!r}; known: minilm, hashing[:dim]")
+    if name.startswith("clip:"):
+        from embeddings.clip import ClipTextEmbedder
+
+        if not weights:
+            raise ValueError("the clip embedder needs a local weights file (BANDITGATE_CLIP_WEIGHTS)")
+        return ClipTextEmbedder(name.removeprefix("clip:"), weights, device)
+    raise ValueError(f"unknown embedder {name!r}; known: minilm, hashing[:dim], clip:<architecture>")

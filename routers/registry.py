@@ -17,6 +17,7 @@ from routers.cascade_baselines import GreedyTillSucceed, HighestCost, LowestCost
 from routers.combinatorial import C2MABV
 from routers.linear import LinUCB
 from routers.logistic_ucb import PromptWise
+from routers.mixture import MixtureGreedy, MixtureUCBCAB, MixtureUCBOGD, VanillaUCB
 from routers.set_baselines import CUCB, EpsGreedySet, ThompsonSet
 
 PolicyFactory = Callable[..., Policy]
@@ -33,6 +34,10 @@ POLICIES: dict[str, PolicyFactory] = {
     "cucb": CUCB,
     "eps-greedy-set": EpsGreedySet,
     "thompson-set": ThompsonSet,
+    "mixture-ucb-cab": MixtureUCBCAB,
+    "mixture-ucb-ogd": MixtureUCBOGD,
+    "mixture-greedy": MixtureGreedy,
+    "vanilla-ucb": VanillaUCB,
 }
 
 

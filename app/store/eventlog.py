@@ -5,10 +5,11 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import func, select
+from sqlalchemy import func, select, true
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.events import FeedbackMessage
@@ -39,9 +40,15 @@ def to_message(event: FeedbackEvent, embedding: bytes) -> FeedbackMessage:
 
 
 async def events_after(
-    session: AsyncSession, router_id: int, watermark: int, skip: Iterable[int] = (), chunk: int = 5_000
+    session: AsyncSession,
+    router_id: int,
+    watermark: int,
+    skip: Iterable[int] = (),
+    chunk: int = 5_000,
+    up_to: int | None = None,
 ) -> list[FeedbackMessage]:
-    """Every event of ``router_id`` with id > ``watermark`` and not in ``skip``, in log order."""
+    """Every event of ``router_id`` with id > ``watermark`` (and <= ``up_to`` when given) and not in
+    ``skip``, in log order."""
     skip_ids = set(skip)
     out: list[FeedbackMessage] = []
     last = watermark
@@ -51,6 +58,7 @@ async def events_after(
                 select(FeedbackEvent, DecisionRow.embedding)
                 .join(DecisionRow, DecisionRow.id == FeedbackEvent.decision_id)
                 .where(FeedbackEvent.router_id == router_id, FeedbackEvent.id > last)
+                .where(FeedbackEvent.id <= up_to if up_to is not None else true())
                 .order_by(FeedbackEvent.id)
                 .limit(chunk)
             )
@@ -66,6 +74,32 @@ async def events_after(
 async def max_event_id(session: AsyncSession, router_id: int) -> int:
     value = await session.scalar(
         select(func.max(FeedbackEvent.id)).where(FeedbackEvent.router_id == router_id)
+    )
+    return int(value or 0)
+
+
+async def event_ids_between(session: AsyncSession, router_id: int, low: int, high: int) -> list[int]:
+    """Ids of the router's events in (low, high]."""
+    rows = await session.scalars(
+        select(FeedbackEvent.id).where(
+            FeedbackEvent.router_id == router_id, FeedbackEvent.id > low, FeedbackEvent.id <= high
+        )
+    )
+    return [int(i) for i in rows]
+
+
+async def settled_event_id(session: AsyncSession, router_id: int, cutoff: datetime) -> int:
+    """The largest id of the router's events created before ``cutoff`` (0 if none).
+
+    Ids are allocated in order but committed out of order. If every feedback transaction commits (or
+    aborts) within the safety lag of its row being created, then once ``cutoff = now - lag`` has passed
+    an event created before it, every smaller id that will ever commit has committed: a snapshot may
+    claim everything up to this id (see docs/scaleout.md, "The watermark rule").
+    """
+    value = await session.scalar(
+        select(func.max(FeedbackEvent.id)).where(
+            FeedbackEvent.router_id == router_id, FeedbackEvent.created_at < cutoff
+        )
     )
     return int(value or 0)
 

@@ -26,8 +26,8 @@ from playwright.sync_api import Page, sync_playwright
 
 from app.store.migrate import upgrade
 from tests.conftest import ADMIN_KEY, admin_headers, bearer
-from tests.integration.test_replicas import free_port
 from tests.querying_policy import NAME
+from tests.served import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"

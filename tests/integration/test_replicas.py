@@ -2,65 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import httpx
 
-from tests.conftest import ADMIN_KEY, REDIS_URL, Stack, admin_headers, bearer, unique
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextmanager
-def gateway_process(database_url: str, stream: str) -> Iterator[str]:
-    """A real `uvicorn --factory app.main:create_app` process; yields its base URL once ready."""
-    port = free_port()
-    env = os.environ | {
-        "BANDITGATE_DATABASE_URL": database_url,
-        "BANDITGATE_REDIS_URL": REDIS_URL,
-        "BANDITGATE_ADMIN_KEY": ADMIN_KEY,
-        "BANDITGATE_EMBEDDER": "hashing",
-        "BANDITGATE_EVENT_STREAM": stream,
-        "BANDITGATE_STREAM_BLOCK_MS": "100",
-    }
-    cmd = [
-        sys.executable,
-        "-m",
-        "uvicorn",
-        "--factory",
-        "app.main:create_app",
-        "--port",
-        str(port),
-        "--log-level",
-        "warning",
-    ]
-    proc = subprocess.Popen(cmd, env=env)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None, "gateway process exited during start-up"
-            assert time.monotonic() < deadline, "gateway did not become ready in 60 s"
-            time.sleep(0.2)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
+from tests.conftest import Stack, admin_headers, bearer, unique
+from tests.integration.processes import gateway_process
 
 
 def test_feedback_to_one_process_changes_the_others_scores(pg_stack: Stack) -> None:

@@ -1,0 +1,44 @@
+"""A background task in each gateway process that keeps the folded-id sets bounded.
+
+Every ``compact_interval_s`` it calls ``PolicyStates.compact``, which moves each loaded router's
+watermark up to the newest periodic snapshot's. Without a snapshotter running it finds nothing to do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from app.state import PolicyStates
+
+log = logging.getLogger(__name__)
+
+
+class CompactionLoop:
+    def __init__(self, states: PolicyStates, interval_s: float) -> None:
+        self.states = states
+        self.interval_s = interval_s
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self.interval_s > 0:
+            self._task = asyncio.create_task(self._run(), name="folded-id-compaction")
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)
+            try:
+                forgotten = await self.states.compact()
+                if forgotten:
+                    log.debug("compaction forgot %s folded ids", forgotten)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the database may be briefly unavailable; try again next round
+                log.exception("compaction failed")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task

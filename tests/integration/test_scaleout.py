@@ -1,0 +1,239 @@
+"""Many gateway processes on one event log, with real processes: propagation time, a concurrent burst
+folded exactly once everywhere, kill -9 and restart from snapshot plus replay, and Redis restarted empty.
+
+These start real uvicorn processes (and a private redis-server for the Redis test), so they are marked
+slow; the default pytest run (and CI) includes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from collections.abc import Callable
+
+import asyncpg
+import httpx
+import pytest
+
+from tests.conftest import Stack, bearer, unique
+from tests.integration.processes import (
+    Gateway,
+    RedisServer,
+    gateway_env,
+    make_remote_tenancy,
+    private_redis,
+    router_state,
+    run_snapshotter_once,
+)
+
+pytestmark = pytest.mark.slow
+
+
+def events_folded(url: str, tenant: str) -> int:
+    return int(router_state(url, tenant)["events_folded"])  # type: ignore[call-overload]
+
+
+def wait_until(condition: Callable[[], bool], within_s: float, what: str) -> float:
+    start = time.monotonic()
+    while not condition():
+        assert time.monotonic() - start < within_s, f"{what} not within {within_s} s"
+        time.sleep(0.02)
+    return time.monotonic() - start
+
+
+async def logged_event_ids(database_url: str, tenant: str) -> set[int]:
+    conn = await asyncpg.connect(database_url.replace("postgresql+asyncpg://", "postgresql://"))
+    try:
+        rows = await conn.fetch(
+            "SELECT f.id FROM feedback f JOIN tenants t ON t.id = f.tenant_id WHERE t.name = $1", tenant
+        )
+    finally:
+        await conn.close()
+    return {int(r["id"]) for r in rows}
+
+
+async def route_and_reward(client: httpx.AsyncClient, url: str, key: str, prompt: str, reward: float) -> int:
+    decision = await client.post(f"{url}/route", json={"prompt": prompt}, headers=bearer(key))
+    decision.raise_for_status()
+    body = {"decision_id": decision.json()["decision_id"], "reward": reward}
+    ack = await client.post(f"{url}/feedback", json=body, headers=bearer(key))
+    assert ack.status_code == 202, ack.text
+    return int(ack.json()["event_id"])
+
+
+async def burst(
+    urls: list[str],
+    key: str,
+    n: int,
+    clients: int = 8,
+    on_ack: Callable[[int, str], None] | None = None,
+) -> tuple[list[int], int]:
+    """``n`` route+feedback pairs from ``clients`` concurrent clients spread over ``urls``; every tenth
+    feedback is also retried (a duplicate). Returns the acknowledged event ids and how many pairs failed
+    (a replica that was killed)."""
+    todo = list(range(n))
+    acked: list[int] = []
+    failed = 0
+
+    async def client_loop(c: int) -> None:
+        nonlocal failed
+        url = urls[c % len(urls)]
+        async with httpx.AsyncClient(timeout=10) as client:
+            while todo:
+                i = todo.pop()
+                try:
+                    event_ids = await one_pair(client, url, i)
+                except (httpx.HTTPError, AssertionError):
+                    failed += 1
+                    continue
+                acked.extend(event_ids)
+                if on_ack is not None:
+                    on_ack(len(acked), url)
+
+    async def one_pair(client: httpx.AsyncClient, url: str, i: int) -> list[int]:
+        event_ids = [await route_and_reward(client, url, key, f"prompt {i % 37} of {n}", i % 3 / 2)]
+        if i % 10 == 0:  # a retried feedback must not be folded twice
+            decision = await client.post(f"{url}/route", json={"prompt": "x"}, headers=bearer(key))
+            body = {"decision_id": decision.json()["decision_id"], "reward": 0.5}
+            first = await client.post(f"{url}/feedback", json=body, headers=bearer(key))
+            again = await client.post(f"{url}/feedback", json=body, headers=bearer(key))
+            assert again.json() == first.json() | {"duplicate": True}
+            event_ids.append(int(first.json()["event_id"]))
+        return event_ids
+
+    await asyncio.gather(*(client_loop(c) for c in range(clients)))
+    return acked, failed
+
+
+def probe_scores(url: str, key: str) -> list[tuple[str | None, dict[str, object]]]:
+    out = []
+    for i in range(5):
+        d = httpx.post(f"{url}/route", json={"prompt": f"prompt {i} of probe"}, headers=bearer(key)).json()
+        out.append((d["model"], d["scores"]))
+    return out
+
+
+def assert_same_scores(
+    a: list[tuple[str | None, dict[str, object]]], b: list[tuple[str | None, dict[str, object]]]
+) -> None:
+    assert [m for m, _ in a] == [m for m, _ in b]
+    for (_, sa), (_, sb) in zip(a, b, strict=True):
+        for arm, fields in sa.items():
+            assert fields == pytest.approx(sb[arm], rel=1e-9, abs=1e-12)  # type: ignore[arg-type]
+
+
+def test_feedback_to_one_replica_reaches_the_other_within_a_bounded_time(pg_stack: Stack) -> None:
+    env = gateway_env(pg_stack.database_url, unique("bg:test-stream"))
+    a, b = Gateway(env).start(), Gateway(env).start()
+    try:
+        t = make_remote_tenancy(a.url)
+        events_folded(b.url, t.tenant)  # B loads the router
+        delays = []
+        with httpx.Client(timeout=10) as client:
+            for i in range(20):
+                d = client.post(f"{a.url}/route", json={"prompt": f"q{i}"}, headers=bearer(t.key)).json()
+                sent = time.monotonic()
+                body = {"decision_id": d["decision_id"], "reward": 1.0}
+                assert client.post(f"{a.url}/feedback", json=body, headers=bearer(t.key)).status_code == 202
+                delays.append(
+                    time.monotonic()
+                    - sent
+                    + wait_until(lambda i=i: events_folded(b.url, t.tenant) == i + 1, 5, "B folds A's event")
+                )
+        print(
+            f"\nA->B propagation (ack + fold on B, 20 events): median {statistics.median(delays) * 1000:.1f} ms, "
+            f"max {max(delays) * 1000:.1f} ms"
+        )
+        assert max(delays) < 2.0
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_a_concurrent_burst_is_folded_exactly_once_by_every_replica(pg_stack: Stack) -> None:
+    env = gateway_env(pg_stack.database_url, unique("bg:test-stream"))
+    a, b = Gateway(env).start(), Gateway(env).start()
+    try:
+        t = make_remote_tenancy(a.url)
+        n = 300
+        started = time.monotonic()
+        acked, failed = asyncio.run(burst([a.url, b.url], t.key, n))
+        took = time.monotonic() - started
+        assert failed == 0 and len(acked) == len(set(acked)) == n + n // 10
+        total = len(acked)
+        for url in (a.url, b.url):
+            wait_until(lambda url=url: events_folded(url, t.tenant) == total, 10, "every event folded")
+        time.sleep(0.5)  # nothing arrives late or twice
+        assert events_folded(a.url, t.tenant) == events_folded(b.url, t.tenant) == total
+        assert asyncio.run(logged_event_ids(pg_stack.database_url, t.tenant)) == set(acked)
+        print(f"\nburst: {total} events from 8 clients over 2 replicas in {took:.1f} s; both folded {total}")
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_a_replica_killed_under_load_restarts_from_snapshot_and_replay(pg_stack: Stack) -> None:
+    env = gateway_env(pg_stack.database_url, unique("bg:test-stream"), BANDITGATE_COMPACT_INTERVAL_S="0.5")
+    a, b = Gateway(env).start(), Gateway(env).start()
+    try:
+        t = make_remote_tenancy(a.url)
+        events_folded(b.url, t.tenant)
+
+        def kill_b_midway(count: int, url: str) -> None:
+            if count >= 80 and b.proc is not None and b.proc.poll() is None:
+                b.kill()
+
+        acked, failed = asyncio.run(burst([a.url, b.url], t.key, 200, on_ack=kill_b_midway))
+        assert b.proc is not None and b.proc.returncode == -9 and failed > 0
+        # No writer is running now, so a zero lag is safe for this snapshot.
+        run_snapshotter_once(pg_stack.database_url, BANDITGATE_SNAPSHOT_LAG_S="0")
+        after, _ = asyncio.run(burst([a.url], t.key, 20, clients=2))
+        acked += after
+        logged = asyncio.run(logged_event_ids(pg_stack.database_url, t.tenant))
+        assert set(acked) <= logged  # every acknowledged event is in Postgres
+        # Events B committed but never published are folded by A's compaction (below the snapshot).
+        wait_until(lambda: events_folded(a.url, t.tenant) == len(logged), 10, "A folds every logged event")
+
+        restarted = Gateway(env).start()
+        try:
+            state = router_state(restarted.url, t.tenant)
+            assert int(state["watermark"]) > 0  # type: ignore[call-overload]
+            assert state["events_folded"] == len(logged)
+            assert_same_scores(probe_scores(restarted.url, t.key), probe_scores(a.url, t.key))
+            print(
+                f"\nkill -9: {len(acked)} acked, {len(logged)} in Postgres, B restarted from the snapshot at "
+                f"{state['watermark']} and replayed the ids after it up to {state['last_event_id']}"
+            )
+        finally:
+            restarted.stop()
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_redis_restarted_empty_loses_nothing_acknowledged(pg_stack: Stack) -> None:
+    with private_redis() as redis:
+        env = gateway_env(pg_stack.database_url, unique("bg:test-stream"), redis_url=redis.url)
+        a, b = Gateway(env).start(), Gateway(env).start()
+        try:
+            t = make_remote_tenancy(a.url)
+            events_folded(b.url, t.tenant)
+            acked, failed = asyncio.run(burst([a.url, b.url], t.key, 20, clients=2))
+            redis.kill()
+            during, failed_during = asyncio.run(burst([a.url, b.url], t.key, 20, clients=2))
+            assert failed == failed_during == 0  # the gateway keeps serving without Redis
+            restarted_redis = RedisServer(redis.port).start()  # same port, empty
+            try:
+                later, _ = asyncio.run(burst([a.url, b.url], t.key, 20, clients=2))
+                acked += during + later
+                logged = asyncio.run(logged_event_ids(pg_stack.database_url, t.tenant))
+                assert set(acked) == logged
+                for url in (a.url, b.url):
+                    wait_until(lambda url=url: events_folded(url, t.tenant) == len(logged), 15, "resync")
+                assert_same_scores(probe_scores(a.url, t.key), probe_scores(b.url, t.key))
+            finally:
+                restarted_redis.kill()
+        finally:
+            a.stop()
+            b.stop()
