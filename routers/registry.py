@@ -12,12 +12,15 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from routers.base import Policy, PolicyConfigError
+from routers.knn_ucb import Balrog, KnnUCB
 from routers.linear import LinUCB
 
 PolicyFactory = Callable[..., Policy]
 
 POLICIES: dict[str, PolicyFactory] = {
     "linucb": LinUCB,
+    "knn-ucb": KnnUCB,
+    "balrog": Balrog,
 }
 
 
