@@ -132,8 +132,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"== {name}: n={len(emb)} T={args.T} seeds={args.seeds}", json.dumps(reference_rows(rewards)))
         for policy, hyper in tqdm(configs, desc=name):
             start = time.perf_counter()
+
+            def make(s: int, p: str = policy, h: dict[str, Any] = hyper, m: list[str] = models) -> Policy:
+                return build_policy(p, m, seed=s, hyperparameters=h)
+
             res = evaluate(
-                lambda s, p=policy, h=hyper: build_policy(p, models, seed=s, hyperparameters=h),
+                make,
                 emb,
                 rewards,
                 models,

@@ -449,7 +449,7 @@ class Balrog(KnnUCB):
             query_k is None or (_is_int(query_k) and query_k >= 2),
             f"query_k must be an int >= 2, got {query_k!r}",
         )
-        self._query_config = {
+        self._query_config: dict[str, Any] = {
             "trigger": trigger,
             "gap": gap,
             "budget": float(budget),
@@ -480,7 +480,7 @@ class Balrog(KnnUCB):
         if self.max_queries is not None:
             return self.max_queries
         if self.horizon is not None:
-            return int(math.floor(self.budget * self.horizon))
+            return math.floor(self.budget * self.horizon)
         return None
 
     def budget_left(self) -> bool:

@@ -235,7 +235,7 @@ class ArmNeighbors:
     # --- state -----------------------------------------------------------------------------------------
 
     def state(self) -> dict[str, Any]:
-        """Plain arrays: the serialised FAISS index (so an HNSW graph comes back identical), labels, rewards."""
+        """Plain arrays: the serialised FAISS index (an HNSW graph comes back identical), labels, rewards."""
         n = self.ntotal
         return {
             "index": faiss.serialize_index(self._index),
