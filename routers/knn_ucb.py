@@ -258,23 +258,25 @@ class KnnUCB(PolicyBase):
         log_t = math.log(max(t, 1))
         return self.phi * (log_t if self.phi_t == "log" else math.sqrt(log_t))
 
-    def coefficients(self, n: int, t: int) -> tuple[float, float]:
+    def coefficients(self, n: int, t: int, scales: tuple[float, float] | None = None) -> tuple[float, float]:
         """(stat, geo) with U(k) = stat / sqrt(k) + geo r_k: stat = s sqrt(theta log L), geo = phi(t) l."""
-        s, lam = self.scales()
+        s, lam = self.scales() if scales is None else scales
         log_l = math.log(max(n if self.log_of == "arm" else t, 1))
         return s * math.sqrt(self.theta * log_l), self.phi_of(t) * lam
 
-    def choose_k(self, arm: str, x: np.ndarray, t: int) -> KChoice:
+    def choose_k(self, arm: str, x: np.ndarray, t: int, scales: tuple[float, float] | None = None) -> KChoice:
         """Eq. 5 for one warm arm: the early-terminating scan of ``routers.neighbors.adaptive_k``."""
         store = self._stores[arm]
-        stat, geo = self.coefficients(len(store), t)
+        stat, geo = self.coefficients(len(store), t, scales)
         return adaptive_k(store, x, stat, geo, self.k_max, self.k_init)
 
-    def explain(self, arm: str, x: np.ndarray, t: int) -> tuple[dict[str, float], KChoice | None]:
+    def explain(
+        self, arm: str, x: np.ndarray, t: int, scales: tuple[float, float] | None = None
+    ) -> tuple[dict[str, float], KChoice | None]:
         """estimate f (eq. 3), bonus U (eq. 4) at k (eq. 5), index I = f + U (eq. 6); +inf if N_g = 0."""
         if self.size(arm) == 0:
             return {"estimate": 0.0, "bonus": math.inf, "index": math.inf, "k": 0.0, "n": 0.0}, None
-        choice = self.choose_k(arm, x, t)
+        choice = self.choose_k(arm, x, t, scales)
         return {
             "estimate": choice.estimate,
             "bonus": choice.bonus,
@@ -294,8 +296,9 @@ class KnnUCB(PolicyBase):
         rng = self._rng(context)
         scores: dict[str, dict[str, float]] = {}
         choices: dict[str, KChoice | None] = {}
+        scales = self.scales()
         for arm in arms:
-            scores[arm], choices[arm] = self.explain(arm, x, self.t)
+            scores[arm], choices[arm] = self.explain(arm, x, self.t, scales)
         index = np.array([scores[a]["index"] for a in arms])
         chosen = arms[argmax_random_tie(index, rng)]
         info: dict[str, Any] = {"t": self.t}

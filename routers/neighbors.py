@@ -17,8 +17,10 @@ searches skip it, and the index is rebuilt from the live points when the dead ou
 
 Adaptive k (``adaptive_k``). For U(k) = a / sqrt(k) + b * r_k with r_k non-decreasing (BALROG eq. 4-5)
 and b > 0: for any k' > k, U(k') > b r_{k'} >= b r_k, so once b r_m >= min_{k<=m} U(k) no larger k
-can win. The scan fetches ``k_init`` neighbours, and doubles the number fetched until that holds, all
-neighbours are fetched, or ``k_max`` is reached (the documented cap: k never exceeds k_max).
+can win. On an HNSW store the scan fetches ``k_init`` neighbours and doubles the number fetched until
+that holds, all neighbours are fetched, or ``k_max`` is reached (the documented cap: k never exceeds
+k_max). On an exact store one search fetches min(N, k_max) at once (a flat search scans everything
+anyway, so fetching more costs only the final partial sort).
 """
 
 from __future__ import annotations
@@ -149,21 +151,20 @@ class ArmNeighbors:
             )
             return
         labels = self._append(vectors[rows], rewards[rows])
-        for label, row in zip(labels, rows, strict=True):
-            self._put(int(slots[row]), int(label))  # type: ignore[arg-type]
+        row_slots = np.array([slots[r] for r in rows], dtype=np.int64)
+        old = row_slots < len(self)
+        self._alive[self._slot_label[row_slots[old]]] = False  # evicted
+        self._slot_label[row_slots[old]] = labels[old]
+        fresh = np.argsort(row_slots[~old], kind="stable")  # new slots len, len + 1, ...
+        self._slot_label = np.concatenate([self._slot_label, labels[~old][fresh]])
         if self.dead > max(len(self), 64):
             self._rebuild(hnsw=self.hnsw)
-
-    def _put(self, slot: int, label: int) -> None:
-        if slot == len(self):
-            self._slot_label = np.append(self._slot_label, label)
-        else:
-            self._alive[self._slot_label[slot]] = False
-            self._slot_label[slot] = label
 
     def _live_vectors(self) -> np.ndarray:
         if len(self) == 0:
             return np.empty((0, self.dim), dtype=np.float32)
+        if self.dead == 0 and np.array_equal(self._slot_label, np.arange(len(self))):
+            return np.asarray(self._index.reconstruct_n(0, len(self)), dtype=np.float32)
         return np.vstack([self._index.reconstruct(int(label)) for label in self._slot_label]).astype(
             np.float32
         )
@@ -178,14 +179,14 @@ class ArmNeighbors:
         vectors = self._live_vectors()
         rewards = self._rewards[self._slot_label].copy()
         if extra is not None and extra_slots is not None:
-            for (vec, rew), slot in zip(zip(*extra, strict=True), extra_slots, strict=True):
-                assert slot is not None
-                if slot == vectors.shape[0]:
-                    vectors = np.vstack([vectors, vec.reshape(1, -1)])
-                    rewards = np.append(rewards, rew)
-                else:
-                    vectors[slot] = vec
-                    rewards[slot] = rew
+            ex_vec, ex_rew = extra
+            slots = np.array(extra_slots, dtype=np.int64)
+            n0 = vectors.shape[0]
+            old = slots < n0  # evictions overwrite in place; new slots are n0, n0 + 1, ... in row order
+            vectors[slots[old]] = ex_vec[old]
+            rewards[slots[old]] = ex_rew[old]
+            vectors = np.vstack([vectors, ex_vec[~old]])
+            rewards = np.concatenate([rewards, ex_rew[~old]])
         self._index = self._new_index(hnsw)
         self.hnsw = hnsw
         self._rewards = np.empty(0, dtype=np.float64)
@@ -284,7 +285,9 @@ def adaptive_k(
     cap = min(len(store), int(k_max))
     if cap <= 0:
         raise ValueError("adaptive_k needs a non-empty store")
-    fetch = min(max(int(k_init), 1), cap)
+    # an exact (flat) search costs a full scan whatever k is: fetch the cap at once; HNSW costs grow with
+    # k (efSearch >= k), so it starts at k_init and doubles
+    fetch = min(max(int(k_init), 1), cap) if store.hnsw else cap
     while True:
         dist, rewards = store.search(query, fetch)
         curve = bonus_curve(dist, stat, geo)
