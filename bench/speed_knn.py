@@ -121,7 +121,9 @@ def run_size(n: int, args: argparse.Namespace, bar: tqdm) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="kNN-UCB select/update latency vs raw FAISS search.")
-    parser.add_argument("--sizes", default="1000,10000,100000,1000000", help="total observations, comma-separated")
+    parser.add_argument(
+        "--sizes", default="1000,10000,100000,1000000", help="total observations, comma-separated"
+    )
     parser.add_argument("--arms", type=int, default=8)
     parser.add_argument("--dim", type=int, default=384)
     parser.add_argument("--clusters", type=int, default=256)

@@ -42,6 +42,8 @@ Hyperparameters (keyword arguments; ``None`` takes the preset's value):
     hnsw_m, ef_search, ef_construction   HNSW graph degree and beam widths (32, 64, 80)
     floor       lower bound of s as a fraction of the std of all rewards (default 0.05)
     min_pairs   variogram pairs needed before s, l are used (default 30)
+    pool        "arm" (default: each arm's own s, l once it has min_pairs pairs; the pooled ones before)
+                or "all" (one pooled s, l for every arm)
     dim         embedding dimension (inferred from the first context when omitted)
 
 ``balrog`` adds active learning (Sec. 4.2): after g_t is chosen (Remark 5.1: select, then query), a
@@ -142,6 +144,7 @@ class KnnUCB(PolicyBase):
         ef_construction: int = 80,
         floor: float = 0.05,
         min_pairs: int = 30,
+        pool: str = "arm",
         dim: int | None = None,
     ) -> None:
         super().__init__(arms, seed)
@@ -170,6 +173,8 @@ class KnnUCB(PolicyBase):
         require(memory in MEMORIES, f"memory must be one of {MEMORIES}, got {memory!r}")
         require(_is_num(floor) and 0 <= floor <= 1, f"floor must be a number in [0, 1], got {floor!r}")
         require(dim is None or (_is_int(dim) and dim > 0), f"dim must be a positive int, got {dim!r}")
+        require(pool in ("arm", "all"), f"pool must be 'arm' or 'all', got {pool!r}")
+        self.pool = pool
         self.preset = preset
         self.theta, self.phi, self.phi_t, self.scale = float(theta), float(phi), str(phi_t), str(scale)
         self.log_of = log_of
@@ -201,10 +206,12 @@ class KnnUCB(PolicyBase):
             "ef_construction": int(ef_construction),
             "floor": self.floor,
             "min_pairs": self.min_pairs,
+            "pool": pool,
             "dim": dim,
         }
         self.t = 0  # rounds selected so far (select increments it first: the current round's t)
-        self.variogram = Variogram()
+        self.variogram = Variogram()  # pooled over arms
+        self._arm_vario: dict[str, Variogram] = {}
         self._stores: dict[str, ArmNeighbors] = {}
         self._init_queries()
         if dim is not None:
@@ -233,6 +240,7 @@ class KnnUCB(PolicyBase):
 
     def _on_remove_arm(self, arm: str) -> None:
         self._stores.pop(arm, None)
+        self._arm_vario.pop(arm, None)
 
     def size(self, arm: str) -> int:
         """N_g: the number of stored points of ``arm``."""
@@ -241,14 +249,17 @@ class KnnUCB(PolicyBase):
 
     # --- the index -------------------------------------------------------------------------------------
 
-    def scales(self) -> tuple[float, float]:
-        """(s, l): reward-noise and reward-per-distance scales (1, 1 unless ``scale="variogram"``)."""
+    def scales(self, arm: str | None = None) -> tuple[float, float]:
+        """(s, l): reward-noise and reward-per-distance scales (1, 1 unless ``scale="variogram"``), from
+        ``arm``'s own variogram once it has ``min_pairs`` pairs (``pool="arm"``), else the pooled one."""
         if self.scale == "none":
             return 1.0, 1.0
         spread = self.variogram.spread()
-        if self.variogram.pairs < self.min_pairs:
+        own = self._arm_vario.get(arm) if (arm is not None and self.pool == "arm") else None
+        vario = own if own is not None and own.pairs >= self.min_pairs else self.variogram
+        if vario.pairs < self.min_pairs:
             return spread, 0.0
-        a, b = self.variogram.fit()
+        a, b = vario.fit()
         return max(math.sqrt(a / 2.0), self.floor * spread), math.sqrt(b)
 
     def phi_of(self, t: int) -> float:
@@ -296,9 +307,8 @@ class KnnUCB(PolicyBase):
         rng = self._rng(context)
         scores: dict[str, dict[str, float]] = {}
         choices: dict[str, KChoice | None] = {}
-        scales = self.scales()
         for arm in arms:
-            scores[arm], choices[arm] = self.explain(arm, x, self.t, scales)
+            scores[arm], choices[arm] = self.explain(arm, x, self.t, self.scales(arm))
         index = np.array([scores[a]["index"] for a in arms])
         chosen = arms[argmax_random_tie(index, rng)]
         info: dict[str, Any] = {"t": self.t}
@@ -330,13 +340,15 @@ class KnnUCB(PolicyBase):
         store = self._stores[observation.arm]
         if self.scale == "variogram" and len(store) > 0:
             dist, near = store.search(x, 1)
-            self.variogram.add_pair(float(dist[0]), y - float(near[0]))
             vec, other = store.random_point()
-            self.variogram.add_pair(max(1.0 - float(vec @ x), 0.0), y - other)
+            self._add_pairs(observation.arm, [(float(dist[0]), y - float(near[0]))])
+            self._add_pairs(observation.arm, [(max(1.0 - float(vec @ x), 0.0), y - other)])
         self.variogram.add_reward(y)
         store.add(x, y)
 
-    def warm_start(self, embeddings: np.ndarray, arms: Sequence[str], rewards: Sequence[float]) -> None:
+    def warm_start(
+        self, embeddings: np.ndarray, arms: Sequence[str], rewards: Sequence[float] | np.ndarray
+    ) -> None:
         """Bulk import of logged (x, arm, y) rows (one FAISS add per arm). Variogram pairs come from up to
         2000 rows per arm paired with their nearest other row and a random row of the same arm."""
         emb = np.ascontiguousarray(embeddings, dtype=np.float32)
@@ -354,9 +366,15 @@ class KnnUCB(PolicyBase):
             if self.scale == "variogram" and len(store) >= 3:
                 for i in store.rng.choice(rows, size=min(2000, rows.size), replace=False):
                     dist, near = store.search(emb[i], 2)
-                    self.variogram.add_pair(float(dist[1]), ys[i] - float(near[1]))
                     vec, other = store.random_point()
-                    self.variogram.add_pair(max(1.0 - float(vec @ emb[i]), 0.0), ys[i] - other)
+                    pairs = [(float(dist[1]), ys[i] - float(near[1]))]
+                    self._add_pairs(arm, [*pairs, (max(1.0 - float(vec @ emb[i]), 0.0), ys[i] - other)])
+
+    def _add_pairs(self, arm: str, pairs: Sequence[tuple[float, float]]) -> None:
+        own = self._arm_vario.setdefault(arm, Variogram())
+        for rho, dy in pairs:
+            self.variogram.add_pair(rho, dy)
+            own.add_pair(rho, dy)
 
     # --- state -----------------------------------------------------------------------------------------
 
@@ -366,6 +384,7 @@ class KnnUCB(PolicyBase):
             "t": self.t,
             "variogram": self.variogram.sums.copy(),
             "reward_sums": self.variogram.rewards.copy(),
+            "arm_variograms": {a: v.sums.copy() for a, v in self._arm_vario.items()},
             "stores": {a: s.state() for a, s in self._stores.items()},
         }
 
@@ -374,6 +393,9 @@ class KnnUCB(PolicyBase):
         if "variogram" in learned:
             self.variogram.sums = np.asarray(learned["variogram"], dtype=np.float64).copy()
             self.variogram.rewards = np.asarray(learned["reward_sums"], dtype=np.float64).copy()
+        for arm, sums in dict(learned.get("arm_variograms", {})).items():
+            self._arm_vario[arm] = Variogram()
+            self._arm_vario[arm].sums = np.asarray(sums, dtype=np.float64).copy()
         if learned.get("dim") is None:
             return
         self.dim = int(learned["dim"])

@@ -12,8 +12,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from routers.base import Policy, PolicyConfigError
+from routers.kernel_ucb import PakUCB
 from routers.knn_ucb import Balrog, KnnUCB
 from routers.linear import LinUCB
+from routers.simple import Always, EpsGreedy, Greedy, RandomPolicy, Thompson
 
 PolicyFactory = Callable[..., Policy]
 
@@ -21,6 +23,12 @@ POLICIES: dict[str, PolicyFactory] = {
     "linucb": LinUCB,
     "knn-ucb": KnnUCB,
     "balrog": Balrog,
+    "pak-ucb": PakUCB,
+    "random": RandomPolicy,
+    "always": Always,
+    "greedy": Greedy,
+    "eps-greedy": EpsGreedy,
+    "thompson": Thompson,
 }
 
 
