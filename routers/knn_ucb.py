@@ -30,13 +30,15 @@ l = 0 and the policy falls back to per-arm means, which is what it should do.
 
 Hyperparameters (keyword arguments; ``None`` takes the preset's value):
     preset      "scale-free" (default) or "paper"
-    theta       exploration constant in eq. 4 (scale-free 0.5, paper 1)
+    theta       exploration constant in eq. 4 (scale-free 0.25, paper 1)
     phi         weight of the geometric term (scale-free 1.0, paper 1)
     phi_t       schedule of phi(t): "const", "log" (phi ln t) or "sqrtlog" (phi sqrt(ln t)); paper "log"
     scale       "variogram" (s, l estimated as above) or "none" (s = l = 1); paper "none"
-    log_of      "arm" (log N_g, eq. 4 as written) or "t" (log t, Lemmas A.6/A.8, Reeve et al.)
+    log_of      "arm" (log N_g, eq. 4 as written; paper) or "t" (log t, Lemmas A.6/A.8, Reeve et al.;
+                scale-free). With log N_g an arm that few rounds chose keeps a fixed bonus however long
+                it is ignored, so it may never be tried again; log t grows and it is retried (UCB1-like).
     k_max       cap on k (default 256); also bounds the cost of one select
-    k_init      neighbours fetched first by the early-terminating scan (default 16; doubled as needed)
+    k_init      neighbours an HNSW store fetches first (at least ef_search; doubled as the scan needs)
     window      points kept per arm (default 100000); memory "window" (latest) or "reservoir" (uniform)
     hnsw_at     an arm's index switches from exact IndexFlatIP to HNSW at this many points (default 4096)
     hnsw_m, ef_search, ef_construction   HNSW graph degree and beam widths (32, 64, 80)
@@ -72,8 +74,8 @@ from routers.base import (
 from routers.neighbors import MEMORIES, ArmNeighbors, KChoice, adaptive_k
 
 PRESETS: dict[str, dict[str, Any]] = {
-    "scale-free": {"theta": 0.5, "phi": 1.0, "phi_t": "const", "scale": "variogram"},
-    "paper": {"theta": 1.0, "phi": 1.0, "phi_t": "log", "scale": "none"},
+    "scale-free": {"theta": 0.25, "phi": 1.0, "phi_t": "const", "scale": "variogram", "log_of": "t"},
+    "paper": {"theta": 1.0, "phi": 1.0, "phi_t": "log", "scale": "none", "log_of": "arm"},
 }
 PHI_SCHEDULES = ("const", "log", "sqrtlog")
 SCALES = ("variogram", "none")
@@ -133,7 +135,7 @@ class KnnUCB(PolicyBase):
         phi: float | None = None,
         phi_t: str | None = None,
         scale: str | None = None,
-        log_of: str = "arm",
+        log_of: str | None = None,
         k_max: int = 256,
         k_init: int = 16,
         window: int = 100_000,
@@ -154,6 +156,7 @@ class KnnUCB(PolicyBase):
         phi = base["phi"] if phi is None else phi
         phi_t = base["phi_t"] if phi_t is None else phi_t
         scale = base["scale"] if scale is None else scale
+        log_of = base["log_of"] if log_of is None else log_of
         require(_is_num(theta) and theta >= 0, f"theta must be a finite number >= 0, got {theta!r}")
         require(_is_num(phi) and phi >= 0, f"phi must be a finite number >= 0, got {phi!r}")
         require(phi_t in PHI_SCHEDULES, f"phi_t must be one of {PHI_SCHEDULES}, got {phi_t!r}")
@@ -424,10 +427,13 @@ class Balrog(KnnUCB):
     query_k   K, models revealed per query including g_t (partial queries, Remark 4.1); None: all.
               The K - 1 others with the largest index are asked (cold arms, I = +inf, first).
 
-    Calibration (App. B.2's quantile rule, run online): the threshold of round t is the ``budget``-quantile
-    (delta, fires below) or the (1 - budget)-quantile (ucb, variance: fire above) of the trigger values of
-    the previous rounds (at most ``calib`` of them), so the trigger fires on about a ``budget`` fraction of
-    rounds without a calibration set. With fewer than 10 values seen, the trigger fires (the budget cap
+    Calibration (App. B.2's quantile rule, run online): the threshold of round t is the q-quantile (delta,
+    fires below) or the (1 - q)-quantile (ucb, variance: fire above) of the trigger values of the previous
+    rounds (at most ``calib`` of them), with q = clip(2 budget - queries / (t - 1), 0, 1): the budget ratio,
+    raised while the realised query rate lags it and lowered while it runs ahead (the values drift as the
+    policy learns, so a fixed budget-quantile of past values under-fires: 9% instead of 20% in the unit
+    test's problem). So the trigger fires on about a ``budget`` fraction of rounds without a calibration
+    set. With fewer than 10 values seen, the trigger fires (the budget cap
     still applies). Delta needs two warm arms (no query while fewer than two have a finite index).
 
     The budget is consumed at decision time: ``select`` counts a query when it returns a non-empty
@@ -530,6 +536,11 @@ class Balrog(KnnUCB):
             return float(np.var(choice.rewards)) if choice is not None and choice.k >= 2 else None
         return None
 
+    def quantile_level(self) -> float:
+        """q = clip(2 budget - queries / (t - 1), 0, 1): the budget, corrected by the rate so far."""
+        rate = self.queries / (self.t - 1) if self.t > 1 else self.budget
+        return min(max(2.0 * self.budget - rate, 0.0), 1.0)
+
     def fires(self, value: float | None, rng: np.random.Generator) -> bool:
         """Q(x_t): the trigger's predicate with its (fixed or running-quantile) threshold."""
         if self.trigger == "none":
@@ -546,8 +557,8 @@ class Balrog(KnnUCB):
         elif len(self._values) < 10:
             threshold = math.inf if below else -math.inf
         else:
-            q = self.budget if below else 1.0 - self.budget
-            threshold = float(np.quantile(np.asarray(self._values), q))
+            level = self.quantile_level()
+            threshold = float(np.quantile(np.asarray(self._values), level if below else 1.0 - level))
         return value < threshold if below else value > threshold
 
     def _query(

@@ -17,7 +17,7 @@ searches skip it, and the index is rebuilt from the live points when the dead ou
 
 Adaptive k (``adaptive_k``). For U(k) = a / sqrt(k) + b * r_k with r_k non-decreasing (BALROG eq. 4-5)
 and b > 0: for any k' > k, U(k') > b r_{k'} >= b r_k, so once b r_m >= min_{k<=m} U(k) no larger k
-can win. On an HNSW store the scan fetches ``k_init`` neighbours and doubles the number fetched until
+can win. On an HNSW store the scan fetches max(k_init, ef_search) neighbours and doubles the number fetched until
 that holds, all neighbours are fetched, or ``k_max`` is reached (the documented cap: k never exceeds
 k_max). On an exact store one search fetches min(N, k_max) at once (a flat search scans everything
 anyway, so fetching more costs only the final partial sort).
@@ -286,8 +286,9 @@ def adaptive_k(
     if cap <= 0:
         raise ValueError("adaptive_k needs a non-empty store")
     # an exact (flat) search costs a full scan whatever k is: fetch the cap at once; HNSW costs grow with
-    # k (efSearch >= k), so it starts at k_init and doubles
-    fetch = min(max(int(k_init), 1), cap) if store.hnsw else cap
+    # k past efSearch, so it starts at max(k_init, ef_search) and doubles
+    # with efSearch >= ef_search, fetching ef_search neighbours costs what fetching fewer does
+    fetch = min(max(int(k_init), store.ef_search, 1), cap) if store.hnsw else cap
     while True:
         dist, rewards = store.search(query, fetch)
         curve = bonus_curve(dist, stat, geo)

@@ -89,11 +89,15 @@ def test_running_quantile_thresholds() -> None:
     ):
         policy = Balrog(arms=ARMS, trigger=trigger, budget=0.2)
         policy._values = [float(v) for v in range(1, 101)]
+        policy.t, policy.queries = 101, 20  # on budget: q = 2 * 0.2 - 20 / 100 = 0.2
         # 0.2-quantile of 1..100 is 20.8 (delta fires below), 0.8-quantile 80.2 (ucb fires above)
         assert policy.fires(value, rng) is expect
     policy = Balrog(arms=ARMS, budget=0.2)
     policy._values = [5.0] * 9
     assert policy.fires(1e6, rng)  # fewer than 10 values seen: fires (the budget still caps it)
+    policy._values = [float(v) for v in range(1, 101)]
+    policy.t, policy.queries = 101, 10  # behind budget: q = 0.4 - 0.1 = 0.3 (quantile 30.7)
+    assert policy.quantile_level() == pytest.approx(0.3) and policy.fires(30.0, rng)
 
 
 def test_delta_calibration_hits_the_budget_rate() -> None:
