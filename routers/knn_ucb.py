@@ -252,12 +252,13 @@ class KnnUCB(PolicyBase):
 
     # --- the index -------------------------------------------------------------------------------------
 
-    def scales(self, arm: str | None = None) -> tuple[float, float]:
+    def scales(self, arm: str | None = None, spread: float | None = None) -> tuple[float, float]:
         """(s, l): reward-noise and reward-per-distance scales (1, 1 unless ``scale="variogram"``), from
-        ``arm``'s own variogram once it has ``min_pairs`` pairs (``pool="arm"``), else the pooled one."""
+        ``arm``'s own variogram once it has ``min_pairs`` pairs (``pool="arm"``), else the pooled one.
+        ``spread`` (the std of all rewards) may be passed in when the caller has it."""
         if self.scale == "none":
             return 1.0, 1.0
-        spread = self.variogram.spread()
+        spread = self.variogram.spread() if spread is None else spread
         own = self._arm_vario.get(arm) if (arm is not None and self.pool == "arm") else None
         vario = own if own is not None and own.pairs >= self.min_pairs else self.variogram
         if vario.pairs < self.min_pairs:
@@ -310,8 +311,9 @@ class KnnUCB(PolicyBase):
         rng = self._rng(context)
         scores: dict[str, dict[str, float]] = {}
         choices: dict[str, KChoice | None] = {}
+        spread = self.variogram.spread()
         for arm in arms:
-            scores[arm], choices[arm] = self.explain(arm, x, self.t, self.scales(arm))
+            scores[arm], choices[arm] = self.explain(arm, x, self.t, self.scales(arm, spread))
         index = np.array([scores[a]["index"] for a in arms])
         chosen = arms[argmax_random_tie(index, rng)]
         info: dict[str, Any] = {"t": self.t}

@@ -201,28 +201,30 @@ class ArmNeighbors:
         return dist, self._rewards[labels]
 
     def search_labels(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """The (up to) k nearest live points: (distances rho = 1 - ip ascending, their FAISS labels)."""
-        k = min(int(k), len(self))
+        """The (up to) k nearest live points: (distances rho = 1 - ip ascending, their FAISS labels).
+
+        FAISS returns each result list sorted by decreasing inner product, so the distances come sorted."""
+        live = self._slot_label.shape[0]
+        k = min(int(k), live)
         if k <= 0:
             return np.empty(0), np.empty(0, dtype=np.int64)
         q = np.ascontiguousarray(query, dtype=np.float32).reshape(1, -1)
-        fetch = k if self.dead == 0 else min(2 * k, self.ntotal)
+        total = self._index.ntotal
+        fetch = k if total == live else min(2 * k, total)
         while True:
             if self.hnsw:
                 self._index.hnsw.efSearch = max(self.ef_search, fetch)
             sims, labels = self._index.search(q, fetch)
-            labels = labels[0]
+            sims, labels = sims[0], labels[0]
+            if total == live and labels[-1] >= 0:  # no tombstones, a full result: the fast path
+                return np.maximum(1.0 - sims.astype(np.float64), 0.0), labels
             valid = labels >= 0
-            labels = labels[valid]
-            sims = sims[0][valid]
+            labels, sims = labels[valid], sims[valid]
             alive = self._alive[labels]
-            if int(alive.sum()) >= k or fetch >= self.ntotal or not valid.all():
+            if int(alive.sum()) >= k or fetch >= total or not valid.all():
                 break
-            fetch = min(2 * fetch, self.ntotal)
-        labels = labels[alive][:k]
-        dist = np.maximum(1.0 - sims[alive][:k].astype(np.float64), 0.0)
-        order = np.argsort(dist, kind="stable")  # FAISS sorts already; this makes it certain
-        return dist[order], labels[order]
+            fetch = min(2 * fetch, total)
+        return np.maximum(1.0 - sims[alive][:k].astype(np.float64), 0.0), labels[alive][:k]
 
     def random_point(self) -> tuple[np.ndarray, float]:
         """A uniformly random live (vector, reward), drawn from this store's own generator."""
@@ -300,7 +302,7 @@ def adaptive_k(
     k = j + 1
     return KChoice(
         k=k,
-        estimate=float(np.mean(rewards[:k])),
+        estimate=float(rewards[:k].sum()) / k,
         bonus=float(curve[j]),
         radius=float(dist[j]),
         rewards=rewards[:k].copy(),
