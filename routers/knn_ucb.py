@@ -30,7 +30,7 @@ l = 0 and the policy falls back to per-arm means, which is what it should do.
 
 Hyperparameters (keyword arguments; ``None`` takes the preset's value):
     preset      "scale-free" (default) or "paper"
-    theta       exploration constant in eq. 4 (scale-free 0.25, paper 1)
+    theta       exploration constant in eq. 4 (scale-free 0.1, paper 1)
     phi         weight of the geometric term (scale-free 1.0, paper 1)
     phi_t       schedule of phi(t): "const", "log" (phi ln t) or "sqrtlog" (phi sqrt(ln t)); paper "log"
     scale       "variogram" (s, l estimated as above) or "none" (s = l = 1); paper "none"
@@ -77,7 +77,7 @@ from routers.base import (
 from routers.neighbors import MEMORIES, ArmNeighbors, KChoice, adaptive_k
 
 PRESETS: dict[str, dict[str, Any]] = {
-    "scale-free": {"theta": 0.25, "phi": 1.0, "phi_t": "const", "scale": "variogram", "log_of": "t"},
+    "scale-free": {"theta": 0.1, "phi": 1.0, "phi_t": "const", "scale": "variogram", "log_of": "t"},
     "paper": {"theta": 1.0, "phi": 1.0, "phi_t": "log", "scale": "none", "log_of": "arm"},
 }
 PHI_SCHEDULES = ("const", "log", "sqrtlog")
