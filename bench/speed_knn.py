@@ -57,7 +57,9 @@ def run_size(n: int, args: argparse.Namespace, bar: tqdm) -> dict[str, Any]:
     arm_dirs = rng.standard_normal((args.arms, args.dim)).astype(np.float32)
     arm_dirs /= np.linalg.norm(arm_dirs, axis=1, keepdims=True)
     names = [f"m{j}" for j in range(args.arms)]
-    policy = KnnUCB(arms=names, seed=args.seed, dim=args.dim, window=max(n, 1), k_max=args.k_max)
+    policy = KnnUCB(
+        arms=names, seed=args.seed, dim=args.dim, window=max(n, 1), k_max=args.k_max, ef_search=args.ef_search
+    )
     faiss.omp_set_num_threads(args.build_threads)
     start = time.perf_counter()
     chunk = 100_000
@@ -152,6 +154,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--build-threads", type=int, default=2, help="FAISS threads while building")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--k-max", type=int, default=256, help="the policy's k_max (the cap on k)")
+    parser.add_argument("--ef-search", type=int, default=64, help="the policy's HNSW ef_search")
     parser.add_argument("--out", default=None, help="write the rows as JSON here")
     args = parser.parse_args(argv)
     sizes = [int(float(s)) for s in args.sizes.split(",")]
