@@ -4,24 +4,28 @@ Per arm g, with H_g its stored (x, y) history, N_g = |H_g| and r_{g,k} the cosin
 nearest neighbour of the prompt x (``routers.neighbors``):
 
     (3) f_g(x, k) = (1/k) sum_{(x', y) in NN_g(x, k)} y
-    (4) U_g(x, k) = s * sqrt(theta * log L / k) + phi(t) * l * r_{g,k}       L = N_g (default) or t
+    (4) U_g(x, k) = s * sqrt(theta * log L / k) + phi(t) * l * r_{g,k}       L = N_g (eq. 4) or t
     (5) k_g       = argmin_{1 <= k <= min(N_g, k_max)} U_g(x, k)
     (6) I_g(x)    = f_g(x, k_g) + U_g(x, k_g),   I_g = +inf while N_g = 0
     (7) g_t       = argmax_g I_g(x)   (ties uniformly at random)
 
-``preset="paper"`` is the published rule: s = l = 1, theta = 1, phi(t) = ln t. It is not scale-free: on
+``preset="paper"`` is the published rule: s = l = 1, theta = 1, phi(t) = ln t, L = N_g. It is not scale-free: on
 rewards in [0, 1] the bonus sqrt(log N / k) is of the order of the rewards themselves and the policy keeps
 exploring (published: 0.48 mean reward vs 0.70 for the best single model at T = 2000 on an 8-model set).
 
-``preset="scale-free"`` (the product default) measures both scales from the data, pooled over arms, with an
-empirical variogram. At each update of arm g at x (before storing it) two pairs are formed with g's
+``preset="scale-free"`` (the product default) measures both scales from the data, pooled over arms, with
+an empirical variogram. At each update of arm g at x (before storing it) two pairs are formed with g's
 history: (x, its nearest neighbour) and (x, a uniformly random stored point). For rewards y = f(x) + noise,
 E[(y - y')^2] = 2 sigma^2 + (f(x) - f(x'))^2, and |f(x) - f(x')| <= lambda rho(x, x') (Lipschitz, Assump.
 A.2), so a least-squares line of (y - y')^2 on rho^2 over the pairs has intercept ~ 2 sigma^2 (the noise,
 the "nugget") and slope ~ lambda^2 (how fast the mean reward moves with distance). Then
 
     s = sqrt(max(intercept, 0) / 2)  (floored at ``floor`` x the std of all rewards seen),
-    l = sqrt(max(slope, 0)),         phi(t) = phi (a constant, as in the paper's proof, L987-988).
+    l = sqrt(max(slope, 0)),         phi(t) = phi (a constant, as in the paper's proof, L987-988),
+    L = t (log t: a neglected arm's bonus grows, so it is retried; see ``log_of``).
+
+Tuned on RouteLLM GSM8K / MMLU and a synthetic set (``bench/tune_knn.py``, numbers in
+``docs/policies/knn-ucb.md``): theta = 0.1, phi = 1.
 
 Until ``min_pairs`` pairs are in, s is the std of all rewards seen and l = 0 (k = min(N_g, k_max):
 context-free UCB on each arm's mean). Multiplying every reward by c multiplies s, l, U and f by c, so the
