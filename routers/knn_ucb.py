@@ -9,9 +9,9 @@ nearest neighbour of the prompt x (``routers.neighbors``):
     (6) I_g(x)    = f_g(x, k_g) + U_g(x, k_g),   I_g = +inf while N_g = 0
     (7) g_t       = argmax_g I_g(x)   (ties uniformly at random)
 
-``preset="paper"`` is the published rule: s = l = 1, theta = 1, phi(t) = ln t, L = N_g. It is not scale-free: on
-rewards in [0, 1] the bonus sqrt(log N / k) is of the order of the rewards themselves and the policy keeps
-exploring (published: 0.48 mean reward vs 0.70 for the best single model at T = 2000 on an 8-model set).
+``preset="paper"`` is the published rule: s = l = 1, theta = 1, phi(t) = ln t, L = N_g. It is not
+scale-free: on rewards in [0, 1] the bonus sqrt(log N / k) is of the order of the rewards themselves and
+the policy keeps exploring (published: 0.48 mean reward vs 0.70 for the best single model at T = 2000 on an 8-model set).
 
 ``preset="scale-free"`` (the product default) measures both scales from the data, pooled over arms, with
 an empirical variogram. At each update of arm g at x (before storing it) two pairs are formed with g's
