@@ -11,7 +11,8 @@ nearest neighbour of the prompt x (``routers.neighbors``):
 
 ``preset="paper"`` is the published rule: s = l = 1, theta = 1, phi(t) = ln t, L = N_g. It is not
 scale-free: on rewards in [0, 1] the bonus sqrt(log N / k) is of the order of the rewards themselves and
-the policy keeps exploring (published: 0.48 mean reward vs 0.70 for the best single model at T = 2000 on an 8-model set).
+the policy keeps exploring (published: 0.48 mean reward vs 0.70 for the best single model at T = 2000
+on an 8-model set).
 
 ``preset="scale-free"`` (the product default) measures both scales from the data, pooled over arms, with
 an empirical variogram. At each update of arm g at x (before storing it) two pairs are formed with g's
