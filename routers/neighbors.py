@@ -58,7 +58,7 @@ class ArmNeighbors:
         memory: Memory = "window",
         hnsw_at: int = 4096,
         hnsw_m: int = 32,
-        ef_search: int = 64,
+        ef_search: int = 32,
         ef_construction: int = 80,
         seed: int | None = 0,
     ) -> None:
