@@ -15,10 +15,14 @@ from typing import Any
 from routers.base import Policy, PolicyConfigError
 from routers.cascade_baselines import GreedyTillSucceed, HighestCost, LowestCost, RandomTillSucceed
 from routers.combinatorial import C2MABV
+from routers.kernel_ucb import PakUCB
+from routers.knn_ucb import Balrog, KnnUCB
 from routers.linear import LinUCB
 from routers.logistic_ucb import PromptWise
 from routers.mixture import MixtureGreedy, MixtureUCBCAB, MixtureUCBOGD, VanillaUCB
+from routers.retry import retrying
 from routers.set_baselines import CUCB, EpsGreedySet, ThompsonSet
+from routers.simple import Always, EpsGreedy, Greedy, RandomPolicy, Thompson
 
 PolicyFactory = Callable[..., Policy]
 
@@ -38,6 +42,14 @@ POLICIES: dict[str, PolicyFactory] = {
     "mixture-ucb-ogd": MixtureUCBOGD,
     "mixture-greedy": MixtureGreedy,
     "vanilla-ucb": VanillaUCB,
+    "knn-ucb": KnnUCB,
+    "balrog": Balrog,
+    "pak-ucb": retrying(PakUCB),  # pak-ucb:retry=true turns it into a retry-on-failure cascade
+    "random": RandomPolicy,
+    "always": Always,
+    "greedy": Greedy,
+    "eps-greedy": EpsGreedy,
+    "thompson": Thompson,
 }
 
 

@@ -1,0 +1,123 @@
+"""Neighbour stores: memory bounds, the early-terminating k scan against a brute-force argmin, recall."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from routers.neighbors import ArmNeighbors, adaptive_k, brute_force_k, hnsw_recall
+
+
+def _unit(rng: np.random.Generator, n: int, d: int) -> np.ndarray:
+    x = rng.normal(size=(n, d)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def test_search_returns_cosine_distances_in_order() -> None:
+    store = ArmNeighbors(2)
+    for angle, y in ((0.0, 1.0), (np.pi / 2, 2.0), (np.pi / 3, 3.0)):
+        store.add(np.array([np.cos(angle), np.sin(angle)], dtype=np.float32), y)
+    dist, rewards = store.search(np.array([1.0, 0.0], dtype=np.float32), 3)
+    np.testing.assert_allclose(dist, [0.0, 0.5, 1.0], atol=1e-6)  # 1 - cos(0), 1 - cos(60), 1 - cos(90)
+    np.testing.assert_array_equal(rewards, [1.0, 3.0, 2.0])
+
+
+def test_window_keeps_the_latest_points_and_compacts() -> None:
+    rng = np.random.default_rng(1)
+    x = _unit(rng, 500, 8)
+    store = ArmNeighbors(8, capacity=50, memory="window")
+    for i in range(500):
+        store.add(x[i], float(i))
+    vectors, rewards = store.all_points()
+    assert len(store) == 50
+    assert sorted(rewards.tolist()) == [float(i) for i in range(450, 500)]
+    assert store.dead <= max(len(store), 64)  # tombstones are compacted away
+    np.testing.assert_allclose(vectors[np.argsort(rewards)], x[450:], atol=1e-6)
+    _, near = store.search(x[10], 50)
+    assert set(near.tolist()) == set(rewards.tolist())  # evicted points are never returned
+
+
+def test_reservoir_is_bounded_and_roughly_uniform() -> None:
+    rng = np.random.default_rng(2)
+    x = _unit(rng, 2000, 4)
+    kept_first_half = []
+    for seed in range(20):
+        store = ArmNeighbors(4, capacity=100, memory="reservoir", seed=seed)
+        store.extend(x, np.arange(2000.0))
+        _, rewards = store.all_points()
+        assert len(store) == 100
+        kept_first_half.append(np.mean(rewards < 1000))
+    assert abs(np.mean(kept_first_half) - 0.5) < 0.05  # uniform sample: half from each half (20 x 100 draws)
+
+
+@pytest.mark.parametrize("hnsw_at", [10_000, 200])
+def test_extend_equals_repeated_add(hnsw_at: int) -> None:
+    rng = np.random.default_rng(3)
+    x = _unit(rng, 400, 8)
+    a = ArmNeighbors(8, capacity=300, hnsw_at=hnsw_at)
+    b = ArmNeighbors(8, capacity=300, hnsw_at=hnsw_at)
+    a.extend(x, np.arange(400.0))
+    for i in range(400):
+        b.add(x[i], float(i))
+    assert sorted(a.all_points()[1].tolist()) == sorted(b.all_points()[1].tolist())
+
+
+def test_early_termination_scan_equals_brute_force_argmin() -> None:
+    mismatches = 0
+    for seed in range(60):
+        rng = np.random.default_rng(seed)
+        d, n = int(rng.integers(2, 16)), int(rng.integers(1, 400))
+        x = _unit(rng, n, d)
+        y = rng.random(n)
+        store = ArmNeighbors(d, hnsw_at=10**6)
+        store.extend(x, y)
+        q = _unit(rng, 1, d)[0]
+        stat, geo = float(rng.uniform(0, 2)), float(rng.choice([0.0, rng.uniform(0, 5)]))
+        k_max = int(rng.integers(1, 300))
+        got = adaptive_k(store, q, stat, geo, k_max, k_init=int(rng.integers(1, 20)))
+        want = brute_force_k(x, y, q, stat, geo, k_max)
+        mismatches += (
+            got.k != want.k or abs(got.estimate - want.estimate) > 1e-9 or abs(got.bonus - want.bonus) > 1e-6
+        )
+        assert got.k <= min(n, k_max)
+    assert mismatches == 0
+
+
+def test_early_termination_on_hnsw_doubles_until_the_stop_rule_holds() -> None:
+    rng = np.random.default_rng(4)
+    x = _unit(rng, 3000, 16)
+    y = rng.random(3000)
+    store = ArmNeighbors(16, hnsw_at=1000, ef_search=128)
+    store.extend(x, y)
+    assert store.hnsw
+    agree = 0
+    for q in _unit(rng, 30, 16):
+        got = adaptive_k(store, q, 1.0, 3.0, 512, k_init=4)
+        want = brute_force_k(x, y, q, 1.0, 3.0, 512)
+        agree += got.k == want.k
+    assert agree >= 24  # approximate neighbourhood: same k on most queries (16-d random data)
+
+
+def test_hnsw_recall_against_exact_search() -> None:
+    rng = np.random.default_rng(5)
+    x = _unit(rng, 3000, 32)
+    exact = ArmNeighbors(32, hnsw_at=10**6)
+    exact.extend(x, np.zeros(3000))
+    approx = ArmNeighbors(32, hnsw_at=500, ef_search=64)
+    approx.extend(x, np.zeros(3000))
+    assert hnsw_recall(exact, x[:50], 10) == 1.0
+    assert 0.8 <= hnsw_recall(approx, x[:50], 10) <= 1.0
+
+
+def test_state_round_trip_keeps_an_identical_index() -> None:
+    rng = np.random.default_rng(6)
+    x = _unit(rng, 1500, 16)
+    store = ArmNeighbors(16, capacity=1200, hnsw_at=500, seed=1)
+    store.extend(x, rng.random(1500))
+    copy = ArmNeighbors(16, capacity=1200, hnsw_at=500, seed=99)
+    copy.load(store.state())
+    for q in _unit(rng, 20, 16):
+        for k in (1, 10, 100):
+            a, b = store.search(q, k), copy.search(q, k)
+            np.testing.assert_array_equal(a[0], b[0])
+            np.testing.assert_array_equal(a[1], b[1])
