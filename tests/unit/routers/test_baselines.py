@@ -21,9 +21,15 @@ def _bernoulli(policy, means: dict[str, float], rounds: int, seed: int) -> list[
     for _ in range(rounds):
         x = rng.normal(size=2).astype(np.float32)
         x /= np.linalg.norm(x)
-        arm = policy.select(Context(embedding=x)).arms[0]
+        # Costs and an output embedding too, so that cost-aware and mixture policies can run here as well.
+        decision = policy.select(Context(embedding=x, costs=dict.fromkeys(means, 0.01)))
+        if not decision.arms:  # a cost-aware cascade may decline a prompt
+            picks.append("declined")
+            continue
+        arm = decision.arms[0]
         picks.append(arm)
-        policy.update(Observation(embedding=x, arm=arm, reward=float(rng.random() < means[arm])))
+        reward = float(rng.random() < means[arm])
+        policy.update(Observation(embedding=x, arm=arm, reward=reward, cost=0.01, output_embedding=x))
     return picks
 
 
@@ -35,7 +41,7 @@ def test_every_registered_policy_adds_removes_arms_and_round_trips() -> None:
         policy.add_arm("c")
         _bernoulli(policy, {"a": 0.7, "b": 0.3, "c": 0.5}, 20, seed=1)
         policy.remove_arm("b")
-        assert set(_bernoulli(policy, {"a": 0.7, "c": 0.5}, 20, seed=2)) <= {"a", "c"}, name
+        assert set(_bernoulli(policy, {"a": 0.7, "c": 0.5}, 20, seed=2)) <= {"a", "c", "declined"}, name
         restored = restore_policy(decode_state(encode_state(policy.state_dict())))
         assert restored.arms == ["a", "c"], name
         assert _bernoulli(policy, {"a": 0.7, "c": 0.5}, 30, seed=3) == _bernoulli(
