@@ -168,13 +168,28 @@ def usage_tokens(usage: Any, prompt_chars: int, answer_chars: int) -> tuple[int,
     return _tokens(prompt_chars), _tokens(answer_chars)
 
 
-def answer_chars(payload: dict[str, Any]) -> int:
-    total = 0
+def _contents(payload: dict[str, Any]) -> list[str]:
+    parts: list[str] = []
     for choice in payload.get("choices") or []:
         message = choice.get("message") if isinstance(choice, dict) else None
         if isinstance(message, dict) and isinstance(message.get("content"), str):
-            total += len(message["content"])
-    return total
+            parts.append(message["content"])
+    return parts
+
+
+def answer_text(payload: dict[str, Any]) -> str:
+    """The text of a chat completion's choices, joined by newlines."""
+    return "\n".join(_contents(payload))
+
+
+def answer_chars(payload: dict[str, Any]) -> int:
+    return sum(len(part) for part in _contents(payload))
+
+
+def mixture_output(route_mode: str, text: str) -> str | None:
+    """Mixture routers learn from what the generator produced: the gateway feeds the answer's text (it
+    is embedded into the cost event's ``output_embedding``) so clients need not send it back."""
+    return text if route_mode == "mixture" and text.strip() else None
 
 
 async def settle(
@@ -185,14 +200,18 @@ async def settle(
     target: Target,
     attempts: list[AttemptRecord],
     cost: float | None,
+    output_text: str | None = None,
 ) -> None:
-    """Store the attempts, mark who answered, and record the cost event (when the call completed)."""
+    """Store the attempts, mark who answered, and record the cost event (when the call completed); for
+    mixture routers the event also carries the answer, which the gateway embeds."""
     row = await session.get(DecisionRow, decision_id)
     if row is not None:
         row.info = {**(row.info or {}), "answered_by": target.name}
     await save_attempts(session, decision_id, attempts)
     if cost is not None:
-        feedback = FeedbackRequest(decision_id=decision_id, model=target.name, kind="cost", cost=cost)
+        feedback = FeedbackRequest(
+            decision_id=decision_id, model=target.name, kind="cost", cost=cost, output_text=output_text
+        )
         await gateway.record_feedback(ctx, session, tenant, [feedback])
 
 
@@ -207,7 +226,8 @@ async def forward_json(
     target, payload = await _call(ctx, session, request, route, body, path, attempts, stream=False)
     assert isinstance(payload, dict)
     cost = call_cost(target, request, payload, path)
-    await settle(ctx, session, tenant, route.decision_id, target, attempts, cost)
+    output = mixture_output(route.mode, answer_text(payload)) if path == CHAT_PATH else None
+    await settle(ctx, session, tenant, route.decision_id, target, attempts, cost, output)
     return Forwarded(route, target, payload, cost, attempts)
 
 
@@ -302,6 +322,7 @@ def _rewrite(line: str, target: Target, drop_usage_chunks: bool, seen: dict[str,
         delta = choice.get("delta") if isinstance(choice, dict) else None
         if isinstance(delta, dict) and isinstance(delta.get("content"), str):
             seen["chars"] = seen.get("chars", 0) + len(delta["content"])
+            seen.setdefault("text", []).append(delta["content"])
     if drop_usage_chunks and not chunk.get("choices") and "usage" in chunk:
         return None
     chunk["model"] = target.name
@@ -353,7 +374,8 @@ async def forward_stream(
             with anyio.CancelScope(shield=True):
                 try:
                     async with ctx.sessionmaker() as own:
-                        await settle(ctx, own, tenant, route.decision_id, target, attempts, cost)
+                        output = mixture_output(route.mode, "".join(seen.get("text", [])))
+                        await settle(ctx, own, tenant, route.decision_id, target, attempts, cost, output)
                 except Exception:
                     log.exception("recording the stream of decision %s failed", route.decision_id)
         if outcome == "connection":

@@ -481,3 +481,39 @@ async def test_no_database_connection_is_held_during_an_upstream_call(
         # The backend has the request and is not answering: the gateway holds no pooled connection.
         assert app.state.ctx.engine.pool.checkedout() == 0
         assert (await call).status_code == 504
+
+
+async def test_mixture_routers_learn_from_the_forwarded_answer(
+    sqlite_stack: Stack, fake: FakeBackends
+) -> None:
+    """The gateway embeds what the generator answered and folds it into the mixture policy: the cost
+    event carries the answer's embedding, streaming or not, with no feedback from the client."""
+    app = gateway_app(sqlite_stack)
+    async with running(app) as client:
+        arms = [await add_backend(client, fake, "ok"), await add_backend(client, fake, "ok")]
+        tenant = unique("t")
+        await client.post("/admin/tenants", json={"name": tenant}, headers=admin_headers())
+        key = (await client.post(f"/admin/tenants/{tenant}/keys", json={}, headers=admin_headers())).json()[
+            "key"
+        ]
+        router = {"name": "mix", "policy": "mixture-greedy", "arms": arms, "is_default": True}
+        assert (
+            await client.post(f"/admin/tenants/{tenant}/routers", json=router, headers=admin_headers())
+        ).status_code == 201
+        llm = openai_client(app, key)
+        plain = await llm.chat.completions.with_raw_response.create(
+            model="router/mix", messages=[{"role": "user", "content": PROMPT}]
+        )
+        answer = plain.parse().choices[0].message.content
+        streamed = await llm.chat.completions.with_raw_response.create(
+            model="router/mix", messages=[{"role": "user", "content": PROMPT}], stream=True
+        )
+        streamed_text = "".join([c.choices[0].delta.content or "" async for c in streamed.parse()])
+        embedder = app.state.ctx.embeddings.embedder
+        for raw, text in ((plain, answer), (streamed, streamed_text)):
+            events = await events_of(app, raw.headers["x-banditgate-decision-id"])
+            assert [e.kind for e in events] == ["cost"]
+            got = events[0].payload["output_embedding"]
+            assert got == pytest.approx([float(v) for v in embedder.embed([text])[0]], abs=1e-6)
+        decision = (await client.post("/route", json={"prompt": PROMPT}, headers=bearer(key))).json()
+        assert sum(decision["scores"][arm]["n"] for arm in arms) == 2
