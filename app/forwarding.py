@@ -29,9 +29,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app import gateway
 from app.backend_keys import SecretKeyMissing, decrypt_key, fernet_for
 from app.backends import AttemptRecord, BackendFailure, Target
-from app.cascade import reselect
+from app.cascade import next_step, reselect
 from app.context import AppContext
-from app.schemas import FeedbackRequest, RouteRequest, RouteResponse
+from app.judge import ask_judge, reward_for
+from app.schemas import CascadeNextRequest, FeedbackRequest, RouteRequest, RouteResponse
 from app.store.models import Attempt, Backend, DecisionRow, Router, Tenant
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,15 @@ class Forwarded:
     cost: float
     attempts: list[AttemptRecord]
     members: list[Member] | None = None
+    judged: list[JudgedStep] | None = None
+
+
+@dataclass
+class JudgedStep:
+    model: str
+    score: float | None
+    passed: bool
+    cost: float
 
 
 @dataclass
@@ -228,7 +238,70 @@ async def forward_json(
     cost = call_cost(target, request, payload, path)
     output = mixture_output(route.mode, answer_text(payload)) if path == CHAT_PATH else None
     await settle(ctx, session, tenant, route.decision_id, target, attempts, cost, output)
+    row = await session.get(DecisionRow, route.decision_id)
+    router = await session.get(Router, row.router_id) if row is not None else None
+    if router is not None and router.judge_url and path == CHAT_PATH:
+        return await _judged_cascade(
+            ctx, session, tenant, request, route, body, router, target, payload, cost, attempts
+        )
     return Forwarded(route, target, payload, cost, attempts)
+
+
+async def _judged_cascade(
+    ctx: AppContext,
+    session: AsyncSession,
+    tenant: Tenant,
+    request: RouteRequest,
+    route: RouteResponse,
+    body: dict[str, Any],
+    router: Router,
+    target: Target,
+    payload: dict[str, Any],
+    cost: float,
+    attempts: list[AttemptRecord],
+) -> Forwarded:
+    """Ask the router's judge about each answer; on a fail, call the cascade's next model (app/judge.py)."""
+    steps: list[JudgedStep] = []
+    all_attempts = list(attempts)
+    while True:
+        verdict = await ask_judge(
+            ctx.backends.http,
+            router,
+            ctx.settings.judge_timeout_s,
+            route.decision_id,
+            target.name,
+            request.text(),
+            answer_text(payload),
+        )
+        steps.append(JudgedStep(target.name, verdict.score, verdict.passed, cost))
+        reward = None if verdict.score is None else reward_for(verdict.score, router)
+        if verdict.score is None or verdict.passed or len(steps) >= ctx.settings.judge_max_steps:
+            if reward is not None:
+                step = FeedbackRequest(
+                    decision_id=route.decision_id, model=target.name, kind="cascade-step", reward=reward
+                )
+                await gateway.record_feedback(ctx, session, tenant, [step])
+            break
+        following = await next_step(
+            ctx, session, tenant, route.decision_id, CascadeNextRequest(model=target.name, reward=reward)
+        )
+        if following.stop or following.model is None:
+            break
+        step_route = route.model_copy(update={"model": following.model, "models": [following.model]})
+        step_attempts: list[AttemptRecord] = []
+        try:
+            target, answer = await _call(
+                ctx, session, request, step_route, body, CHAT_PATH, step_attempts, False
+            )
+        except HTTPException:  # the next backend failed: return the last answer that came back
+            all_attempts.extend(step_attempts)
+            break
+        assert isinstance(answer, dict)
+        payload = answer
+        cost = call_cost(target, request, payload, CHAT_PATH)
+        await settle(ctx, session, tenant, route.decision_id, target, step_attempts, cost)
+        all_attempts.extend(step_attempts)
+    return Forwarded(route, target, payload, sum(s.cost for s in steps), all_attempts, judged=steps)
 
 
 def call_cost(target: Target, request: RouteRequest, payload: dict[str, Any], path: str) -> float:

@@ -111,6 +111,10 @@ class RouterCreate(Strict):
     reward_range: list[float] = Field(default_factory=lambda: [0.0, 1.0])
     seed: int = Field(0, ge=0, le=2**63 - 1)
     is_default: bool = False
+    judge_url: str | None = Field(
+        None, max_length=2000, pattern=r"^https?://", description="HTTP judge for gateway-driven cascades"
+    )
+    judge_threshold: float = Field(0.5, allow_inf_nan=False, description="a judge score at or above passes")
 
     _range = field_validator("reward_range")(_check_range)
 
@@ -122,6 +126,10 @@ class RouterUpdate(Strict):
     reward_range: list[float] | None = None
     seed: int | None = Field(None, ge=0, le=2**63 - 1)
     is_default: bool | None = None
+    judge_url: str | None = Field(
+        None, max_length=2000, pattern=r"^(https?://.*)?$", description="'' removes it"
+    )
+    judge_threshold: float | None = Field(None, allow_inf_nan=False)
 
     _range = field_validator("reward_range")(_check_range)
 
@@ -137,6 +145,8 @@ class RouterOut(BaseModel):
     seed: int
     is_default: bool
     version: int
+    judge_url: str | None = None
+    judge_threshold: float = 0.5
     created_at: datetime
     updated_at: datetime
 
@@ -293,6 +303,15 @@ class EnsembleMemberOut(BaseModel):
     error: str | None = None
 
 
+class JudgedStepOut(BaseModel):
+    model: str
+    score: float | None = Field(
+        description="the judge's score (pass = 1, fail = 0); null if the judge failed"
+    )
+    passed: bool
+    cost: float
+
+
 class ForwardedRouteResponse(RouteResponse):
     backend: str = Field(description="the backend that answered (the policy's next choice after a failure)")
     response: dict[str, Any] = Field(description="the backend's answer, as it sent it")
@@ -300,6 +319,9 @@ class ForwardedRouteResponse(RouteResponse):
     attempts: list[AttemptOut]
     ensemble: list[EnsembleMemberOut] | None = Field(
         None, description="set decisions: every member's answer (or error) and cost; null otherwise"
+    )
+    judged: list[JudgedStepOut] | None = Field(
+        None, description="routers with a judge: every cascade step, in order; `cost` is their sum"
     )
 
 

@@ -38,6 +38,10 @@ class Settings(BaseSettings):
     event_stream_maxlen: int = Field(1_000_000, gt=0, description="approximate cap on the stream's length")
     stream_block_ms: int = Field(500, gt=0, description="XREAD block time of the stream tailer")
     log_level: str = Field("INFO", description="standard logging level")
+    judge_timeout_s: float = Field(
+        10.0, gt=0, description="how long a router's judge may take to score an answer"
+    )
+    judge_max_steps: int = Field(5, ge=1, le=50, description="most calls of one gateway-driven cascade")
     secret_key: SecretStr | None = Field(
         None, description="encrypts backend API keys at rest (Fernet); unset = backend keys are refused"
     )

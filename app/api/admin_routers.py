@@ -40,6 +40,8 @@ def router_out(r: Router, tenant: Tenant) -> RouterOut:
         seed=r.seed,
         is_default=r.is_default,
         version=r.version,
+        judge_url=r.judge_url,
+        judge_threshold=r.judge_threshold,
         created_at=r.created_at,
         updated_at=r.updated_at,
     )
@@ -98,6 +100,8 @@ async def create_router(tenant: str, body: RouterCreate, session: Session) -> Ro
         reward_hi=body.reward_range[1],
         seed=body.seed,
         is_default=body.is_default,
+        judge_url=body.judge_url,
+        judge_threshold=body.judge_threshold,
         version=1,
     )
     session.add(row)
@@ -141,6 +145,10 @@ async def update_router(tenant: str, name: str, body: RouterUpdate, ctx: Ctx, se
     row.policy, row.arms, row.seed, row.hyperparameters = policy, arms, seed, hp
     if body.reward_range is not None:
         row.reward_lo, row.reward_hi = body.reward_range
+    if body.judge_url is not None:
+        row.judge_url = body.judge_url or None
+    if body.judge_threshold is not None:
+        row.judge_threshold = body.judge_threshold
     if body.is_default is not None:
         row.is_default = body.is_default
         if body.is_default:

@@ -14,6 +14,7 @@ from app.schemas import (
     CascadeNextResponse,
     EnsembleMemberOut,
     ForwardedRouteResponse,
+    JudgedStepOut,
     RouteRequest,
     RouteResponse,
 )
@@ -50,6 +51,7 @@ async def route(
             EnsembleMemberOut(backend=m.backend, response=m.payload, cost=m.cost, error=m.error)
             for m in done.members
         ],
+        judged=None if done.judged is None else [JudgedStepOut(**asdict(step)) for step in done.judged],
     )
 
 

@@ -87,6 +87,9 @@ class Router(Base):
     seed: Mapped[int] = mapped_column(BigInteger, default=0)
     is_default: Mapped[bool] = mapped_column(Boolean, default=False)
     version: Mapped[int] = mapped_column(Integer, default=1)
+    # Gateway-driven cascades: an HTTP judge scores each answer; below the threshold the next model is called.
+    judge_url: Mapped[str | None] = mapped_column(Text, nullable=True)
+    judge_threshold: Mapped[float] = mapped_column(Float, default=0.5)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
 

@@ -1,0 +1,109 @@
+"""Gateway-driven cascades: a router with a judge calls the next model until an answer passes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi import FastAPI, Request
+
+from tests.conftest import Stack, admin_headers, bearer, running
+from tests.fake_backend import FakeBackends
+from tests.integration.test_forwarding import (
+    PROMPT,
+    USAGE_COST,
+    add_backend,
+    add_tenant,
+    events_of,
+    gateway_app,
+    prefer,
+)
+from tests.served import served
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeBackends]:
+    server = FakeBackends().start()
+    yield server
+    server.stop()
+
+
+def judge_app(passing_model: list[str], seen: list[dict[str, Any]], garbage: bool = False) -> FastAPI:
+    app = FastAPI()
+
+    @app.post("/judge")
+    async def judge(request: Request) -> Any:
+        body = await request.json()
+        seen.append(body)
+        if garbage:
+            return {"verdict": "maybe"}
+        return {"pass": body["model"] in passing_model}
+
+    return app
+
+
+async def test_the_gateway_runs_the_cascade_until_the_judge_passes(stack: Stack, fake: FakeBackends) -> None:
+    app = gateway_app(stack)
+    seen: list[dict[str, Any]] = []
+    passing: list[str] = []
+    async with served(judge_app(passing, seen)) as judge, running(app) as client:
+        first, second = await add_backend(client, fake, "ok"), await add_backend(client, fake, "ok")
+        key = await add_tenant(client, [first, second])
+        tenant = (await client.get("/admin/tenants", headers=admin_headers())).json()[-1]["name"]
+        patch = {"judge_url": f"{judge}/judge", "judge_threshold": 0.5}
+        made = await client.patch(
+            f"/admin/tenants/{tenant}/routers/main", json=patch, headers=admin_headers()
+        )
+        assert made.status_code == 200 and made.json()["judge_url"] == f"{judge}/judge"
+        await prefer(client, key, first)  # the greedy router calls `first` first
+        passing.append(second)
+
+        body = {
+            "prompt": PROMPT,
+            "forward": True,
+            "request": {"messages": [{"role": "user", "content": PROMPT}]},
+        }
+        response = await client.post("/route", json=body, headers=bearer(key))
+        assert response.status_code == 200, response.text
+        done = response.json()
+        assert [(s["model"], s["score"], s["passed"]) for s in done["judged"]] == [
+            (first, 0.0, False),
+            (second, 1.0, True),
+        ]
+        assert done["backend"] == second and done["cost"] == pytest.approx(2 * USAGE_COST)
+        assert [b["model"] for b in seen] == [first, second] and seen[0]["prompt"] == PROMPT
+        assert seen[0]["answer"] == done["response"]["choices"][0]["message"]["content"]
+        events = [(e.model, e.kind, e.reward) for e in await events_of(app, done["decision_id"])]
+        assert events == [
+            (first, "cost", None),
+            (first, "cascade-step", 0.0),
+            (second, "cost", None),
+            (second, "cascade-step", 1.0),
+        ]
+
+
+async def test_a_failing_judge_returns_the_answer_as_it_is(sqlite_url: str, fake: FakeBackends) -> None:
+    app = gateway_app(Stack("sqlite", sqlite_url, None))
+    seen: list[dict[str, Any]] = []
+    async with served(judge_app([], seen, garbage=True)) as judge, running(app) as client:
+        only = await add_backend(client, fake, "ok")
+        key = await add_tenant(client, [only, await add_backend(client, fake, "ok")])
+        tenant = (await client.get("/admin/tenants", headers=admin_headers())).json()[-1]["name"]
+        await client.patch(
+            f"/admin/tenants/{tenant}/routers/main",
+            json={"judge_url": f"{judge}/judge"},
+            headers=admin_headers(),
+        )
+        body = {
+            "prompt": PROMPT,
+            "forward": True,
+            "request": {"messages": [{"role": "user", "content": PROMPT}]},
+        }
+        done = (await client.post("/route", json=body, headers=bearer(key))).json()
+        assert len(done["judged"]) == 1 and done["judged"][0]["score"] is None
+        assert len(seen) == 1
+        bad = await client.patch(
+            f"/admin/tenants/{tenant}/routers/main", json={"judge_url": "ftp://nope"}, headers=admin_headers()
+        )
+        assert bad.status_code == 422
