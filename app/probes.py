@@ -16,7 +16,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Exists, exists, select, update
 
 from app import forwarding, gateway
 from app.backends import AttemptRecord, BackendFailure
@@ -141,39 +141,45 @@ async def _call_and_store(ctx: AppContext, job: ProbeJob) -> None:
             await session.commit()
             return
         cost = forwarding.call_cost(target, request, payload, path)
-        rewarded = await session.scalar(  # the evaluator may have posted the query reward already
-            select(FeedbackEvent.id).where(
-                FeedbackEvent.decision_id == route.decision_id,
-                FeedbackEvent.model == model,
-                FeedbackEvent.kind == "query",
-            )
+        probe = Probe(
+            decision_id=route.decision_id,
+            tenant_id=tenant_id,
+            router_id=router_id,
+            model=model,
+            answer=_answer_text(payload),
+            cost=cost,
+            status="pending",
         )
-        session.add(
-            Probe(
-                decision_id=route.decision_id,
-                tenant_id=tenant_id,
-                router_id=router_id,
-                model=model,
-                answer=_answer_text(payload),
-                cost=cost,
-                status="pending" if rewarded is None else "answered",
-            )
-        )
+        session.add(probe)
         await session.commit()
+        # A query reward committed before this row was (an evaluator that read x-banditgate-query) found
+        # no probe to mark: look again now that the row is committed.
+        if await session.scalar(select(query_reward(route.decision_id, model))):
+            await session.execute(update(Probe).where(Probe.id == probe.id).values(status="answered"))
+            await session.commit()
         feedback = FeedbackRequest(decision_id=route.decision_id, model=model, kind="cost", cost=cost)
         await gateway.record_feedback(ctx, session, tenant, [feedback])
+
+
+def query_reward(decision_id: Any, model: Any) -> Exists:
+    """EXISTS a ``kind: query`` feedback event for (decision_id, model)."""
+    return exists().where(
+        FeedbackEvent.decision_id == decision_id, FeedbackEvent.model == model, FeedbackEvent.kind == "query"
+    )
 
 
 async def pending(
     ctx: AppContext, tenant: Tenant, limit: int, cursor: int | None
 ) -> tuple[list[tuple[Probe, str]], int | None]:
     """The tenant's pending probes after ``cursor`` (a probe id), oldest first, each with its decision's
-    prompt hash; and the cursor of the next page (None when this page is the last)."""
+    prompt hash; and the cursor of the next page (None when this page is the last). A probe whose query
+    reward exists is never listed, even in the rare race where its status was left ``pending``."""
     async with ctx.sessionmaker() as session:
         query = (
             select(Probe, DecisionRow.prompt_hash)
             .join(DecisionRow, DecisionRow.id == Probe.decision_id)
             .where(Probe.tenant_id == tenant.id, Probe.status == "pending")
+            .where(~query_reward(Probe.decision_id, Probe.model))
             .order_by(Probe.id)
             .limit(limit + 1)
         )
