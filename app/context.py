@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
@@ -13,6 +14,9 @@ from app.compaction import CompactionLoop
 from app.embedding import EmbeddingService
 from app.settings import Settings
 from app.state import PolicyStates
+
+if TYPE_CHECKING:
+    from app.probes import ProbeRunner
 
 
 @dataclass
@@ -26,3 +30,4 @@ class AppContext:
     embeddings: EmbeddingService
     backends: BackendClient
     compaction: CompactionLoop | None = None
+    probes: ProbeRunner | None = None  # made on first use (app/probes.py)

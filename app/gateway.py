@@ -14,7 +14,7 @@ from collections import defaultdict
 
 import numpy as np
 from fastapi import HTTPException, status
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -23,7 +23,7 @@ from app.context import AppContext
 from app.events import FeedbackMessage
 from app.jsonable import jsonable
 from app.schemas import FeedbackAccepted, FeedbackRequest, RouteRequest, RouteResponse
-from app.store.models import Backend, DecisionRow, FeedbackEvent, Router, Tenant
+from app.store.models import Backend, DecisionRow, FeedbackEvent, Probe, Router, Tenant
 from routers.base import Context
 
 log = logging.getLogger(__name__)
@@ -221,6 +221,12 @@ async def record_feedback(
                 )
             )
         else:
+            if item.kind == "query":  # the reward of a probe the gateway ran (app/probes.py)
+                await session.execute(
+                    update(Probe)
+                    .where(Probe.decision_id == decision.id, Probe.model == model, Probe.status == "pending")
+                    .values(status="answered")
+                )
             fresh.append(
                 FeedbackMessage(
                     event_id=int(event_id or 0),

@@ -76,6 +76,8 @@ async def open_context(settings: Settings) -> AppContext:
 
 
 async def close_context(ctx: AppContext) -> None:
+    if ctx.probes is not None:
+        await ctx.probes.close()
     if ctx.compaction is not None:
         await ctx.compaction.close()
     await ctx.bus.close()

@@ -4,7 +4,9 @@ For each row (in a seeded random order, cycling when ``limit`` exceeds the rows)
 the gateway's ``POST /v1/chat/completions`` (so the gateway routes and forwards, normally to replay
 backends), reads the decision id and the answering model from the response headers, and posts that
 model's logged reward to ``POST /feedback/batch``: the value, or one of its samples drawn at random,
-together with a ``query`` reward for every model the policy asked about (``x-banditgate-query``). Every
+together with a ``query`` reward for every model the policy asked about (``x-banditgate-query``). The
+gateway also calls those models itself (probes, app/probes.py); these query rewards mark its probes
+answered, so the evaluator does not need ``GET /feedback/pending`` and leaves nothing pending there. Every
 ``block`` rows it prints the block's mean reward next to the best single model's and the per-prompt
 oracle's (both from the logged mean rewards), how often the model with the row's best mean reward
 answered, each model's share and the cost the gateway reported.

@@ -338,3 +338,21 @@ class CascadeNextResponse(BaseModel):
     stop: bool = Field(description="true when no model is left (or the policy declines to go on)")
     tried: list[str] = Field(description="models already called for this decision, in order")
     scores: dict[str, dict[str, float | None]] = Field(default_factory=dict)
+
+
+class PendingProbe(BaseModel):
+    """A probe answer waiting for an evaluator's ``kind: query`` reward. The prompt is not stored: match
+    it by ``prompt_hash`` (the decision's hash of the prompt text)."""
+
+    probe_id: int
+    decision_id: str
+    model: str
+    prompt_hash: str
+    answer: str | None
+    cost: float | None
+    created_at: datetime
+
+
+class PendingProbes(BaseModel):
+    probes: list[PendingProbe]
+    next_cursor: int | None = Field(description="pass as ?cursor= for the next page; null on the last")

@@ -83,6 +83,9 @@ class Settings(BaseSettings):
         gt=0,
         description="pool requests one gateway process waits on at once (its own Redis connections)",
     )
+    probe_concurrency: int = Field(
+        4, gt=0, description="active-learning probe calls (balrog's decision.query) one process runs at once"
+    )
     embed_batch_max: int = Field(64, gt=0, description="embedding worker: largest batch")
     embed_batch_wait_ms: float = Field(
         5.0, ge=0, description="embedding worker: longest wait for a batch to fill"

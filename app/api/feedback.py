@@ -1,12 +1,20 @@
-"""POST /feedback and /feedback/batch: rewards, costs and output embeddings for decisions."""
+"""POST /feedback and /feedback/batch: rewards, costs and output embeddings for decisions;
+GET /feedback/pending: the active-learning probes waiting for a reward (app/probes.py)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException, status
+from fastapi import APIRouter, HTTPException, Query, status
 
-from app import gateway
+from app import gateway, probes
 from app.deps import Ctx, CurrentTenant, Session
-from app.schemas import FeedbackAccepted, FeedbackBatch, FeedbackBatchAccepted, FeedbackRequest
+from app.schemas import (
+    FeedbackAccepted,
+    FeedbackBatch,
+    FeedbackBatchAccepted,
+    FeedbackRequest,
+    PendingProbe,
+    PendingProbes,
+)
 
 router = APIRouter(prefix="/feedback", tags=["feedback"])
 
@@ -31,3 +39,31 @@ async def feedback_batch(
             f"{len(body.events)} events in one batch; the limit is {ctx.settings.max_feedback_batch}",
         )
     return FeedbackBatchAccepted(events=await gateway.record_feedback(ctx, session, tenant, body.events))
+
+
+@router.get("/pending", response_model=PendingProbes)
+async def pending_probes(
+    ctx: Ctx,
+    tenant: CurrentTenant,
+    limit: int = Query(100, ge=1, le=1000),
+    cursor: int | None = Query(None, ge=0, description="next_cursor of the previous page"),
+) -> PendingProbes:
+    """The tenant's probe answers (other models the policy asked about, called by the gateway) still
+    waiting for a reward, oldest first. Post ``kind: query`` feedback for (decision_id, model) to answer
+    one: it is then no longer listed, and the policy learns the reward as a query observation."""
+    rows, next_cursor = await probes.pending(ctx, tenant, limit, cursor)
+    return PendingProbes(
+        probes=[
+            PendingProbe(
+                probe_id=p.id,
+                decision_id=p.decision_id,
+                model=p.model,
+                prompt_hash=prompt_hash,
+                answer=p.answer,
+                cost=p.cost,
+                created_at=p.created_at,
+            )
+            for p, prompt_hash in rows
+        ],
+        next_cursor=next_cursor,
+    )

@@ -15,7 +15,7 @@ from fastapi import APIRouter, Body, HTTPException, status
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
-from app import forwarding
+from app import forwarding, probes
 from app.deps import Ctx, CurrentTenant, Session
 from app.jsonable import jsonable
 from app.schemas import RouteRequest, RouteResponse
@@ -49,7 +49,8 @@ def route_request(body: dict[str, Any], **text: Any) -> RouteRequest:
 
 def _headers(route: RouteResponse, backend: str, cost: float | None = None) -> dict[str, str]:
     """``x-banditgate-query`` lists the models whose rewards the policy asks for too (active learning);
-    the gateway does not call them: an evaluator that can judge them posts ``kind: query`` feedback."""
+    the gateway calls them in the background (app/probes.py, listed by ``GET /feedback/pending``): an
+    evaluator that can judge them posts ``kind: query`` feedback."""
     headers = {"x-banditgate-decision-id": route.decision_id, "x-banditgate-model": backend}
     if cost is not None:
         headers["x-banditgate-cost-usd"] = f"{cost:.10g}"
@@ -66,12 +67,14 @@ async def chat_completions(body: OpenAIBody, ctx: Ctx, session: Session, tenant:
     request = route_request(body, messages=body["messages"])
     if body.get("stream"):
         stream = await forwarding.forward_stream(ctx, session, tenant, request, body)
+        probes.schedule(ctx, tenant, request, stream.route, body, [stream.target.name])
         return StreamingResponse(
             stream.events,
             media_type="text/event-stream",
             headers=_headers(stream.route, stream.target.name),
         )
     done = await forwarding.forward_json(ctx, session, tenant, request, body)
+    probes.schedule(ctx, tenant, request, done.route, body, probes.answered_by(done))
     return answer(done, "choices")
 
 
@@ -106,4 +109,5 @@ async def image_generations(body: OpenAIBody, ctx: Ctx, session: Session, tenant
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, "'prompt' must be a string")
     request = route_request(body, prompt=body["prompt"])
     done = await forwarding.forward_json(ctx, session, tenant, request, body)
+    probes.schedule(ctx, tenant, request, done.route, body, probes.answered_by(done))
     return answer(done, "data")

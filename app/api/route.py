@@ -6,7 +6,7 @@ from dataclasses import asdict
 
 from fastapi import APIRouter, HTTPException, status
 
-from app import cascade, forwarding, gateway
+from app import cascade, forwarding, gateway, probes
 from app.deps import Ctx, CurrentTenant, Session
 from app.schemas import (
     AttemptOut,
@@ -39,6 +39,7 @@ async def route(
             "streaming is served by POST /v1/chat/completions; /route forwards without 'stream'",
         )
     done = await forwarding.forward_json(ctx, session, tenant, body, body.request)
+    probes.schedule(ctx, tenant, body, done.route, body.request, probes.answered_by(done))
     return ForwardedRouteResponse(
         **done.route.model_dump(),
         backend=done.target.name,

@@ -159,3 +159,25 @@ class Attempt(Base):
     latency_ms: Mapped[float] = mapped_column(Float)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Probe(Base):
+    """An active-learning probe: another model's answer to a forwarded decision's prompt, called by the
+    gateway because the policy asked for that model's reward (``decision.query``). ``status``: pending
+    (answered by the backend, waiting for an evaluator's ``kind: query`` reward) | answered | failed."""
+
+    __tablename__ = "probes"
+    __table_args__ = (
+        UniqueConstraint("decision_id", "model", name="uq_probes_decision_model"),
+        Index("ix_probes_tenant_status", "tenant_id", "status", "id"),
+    )
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    decision_id: Mapped[str] = mapped_column(ForeignKey("decisions.id", ondelete="CASCADE"))
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    router_id: Mapped[int] = mapped_column(ForeignKey("routers.id", ondelete="CASCADE"))
+    model: Mapped[str] = mapped_column(String(200))
+    answer: Mapped[str | None] = mapped_column(Text, nullable=True)
+    cost: Mapped[float | None] = mapped_column(Float, nullable=True)
+    status: Mapped[str] = mapped_column(String(16))
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

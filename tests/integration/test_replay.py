@@ -17,7 +17,7 @@ from app.main import create_app
 from app.replay_backends import load_dataset, replay_app
 from app.replay_evaluator import run_evaluator
 from app.store.migrate import upgrade
-from app.store.models import FeedbackEvent
+from app.store.models import FeedbackEvent, Probe
 from routers.registry import POLICIES
 from tests.conftest import Stack, admin_headers, running
 from tests.querying_policy import NAME as QUERYING
@@ -140,7 +140,9 @@ async def test_the_evaluator_answers_active_learning_queries(
     dataset_dir: Path, fresh_db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A policy that asks for the other arm's reward on every 4th decision: the gateway names it in
-    ``x-banditgate-query`` and the evaluator posts its logged reward as ``query`` feedback."""
+    ``x-banditgate-query`` and the evaluator posts its logged reward as ``query`` feedback. The gateway
+    also probes that arm (app/probes.py): its cost is recorded and the evaluator's query reward marks the
+    probe answered, so none is left pending."""
     monkeypatch.setitem(POLICIES, QUERYING, QueryingLinUCB)
     async with served(replay_app(load_dataset(dataset_dir))) as replay_url:
         app = create_app(Stack("sqlite", fresh_db, None).settings())
@@ -166,7 +168,13 @@ async def test_the_evaluator_answers_active_learning_queries(
             summary = await run_evaluator(
                 client, key, load_dataset(dataset_dir), limit=20, echo=lambda _: None
             )
+            await app.state.ctx.probes.drain()
             async with app.state.ctx.sessionmaker() as session:
                 kinds = Counter((await session.scalars(select(FeedbackEvent.kind))).all())
-    # every=4: decisions 4, 8, ..., 20 ask about the arm not chosen.
-    assert summary.queries == 5 and kinds == {"bandit": 20, "cost": 20, "query": 5}
+                statuses = Counter((await session.scalars(select(Probe.status))).all())
+            pending = (
+                await client.get("/feedback/pending", headers={"Authorization": f"Bearer {key}"})
+            ).json()
+    # every=4: decisions 4, 8, ..., 20 ask about the arm not chosen; each is probed (5 more costs).
+    assert summary.queries == 5 and kinds == {"bandit": 20, "cost": 25, "query": 5}
+    assert statuses == {"answered": 5} and pending["probes"] == []

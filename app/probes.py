@@ -1,0 +1,191 @@
+"""Active-learning probes: the gateway calls the models a policy asks about (``decision.query``, BALROG).
+
+After a forwarded decision whose ``query`` is non-empty, ``schedule`` starts one background task per
+queried model (never awaited by the client's request; at most ``probe_concurrency`` calls run at once per
+process). Each task sends the client's request to that model's backend; an answer is stored as a
+``pending`` row of ``probes`` (its text and cost) and its cost is recorded as a ``cost`` feedback event
+through ``record_feedback``; a failed call is stored as ``failed`` with the error. Evaluators list the
+pending probes with ``GET /feedback/pending`` and post ``kind: query`` feedback, which marks the probe
+``answered`` (app/gateway.py) and folds as a query observation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Exists, exists, select, update
+
+from app import forwarding, gateway
+from app.backends import AttemptRecord, BackendFailure
+from app.context import AppContext
+from app.schemas import FeedbackRequest, RouteRequest, RouteResponse
+from app.store.models import DecisionRow, FeedbackEvent, Probe, Tenant
+
+log = logging.getLogger(__name__)
+
+
+class ProbeRunner:
+    """The background probe tasks of one process, bounded by a semaphore."""
+
+    def __init__(self, concurrency: int) -> None:
+        self.semaphore = asyncio.Semaphore(concurrency)
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def start(self, work: Any) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def drain(self) -> None:
+        """Wait for every probe started so far (tests, shutdown)."""
+        while self.tasks:
+            await asyncio.gather(*list(self.tasks), return_exceptions=True)
+
+    async def close(self) -> None:
+        for task in list(self.tasks):
+            task.cancel()
+        await asyncio.gather(*list(self.tasks), return_exceptions=True)
+
+
+def runner(ctx: AppContext) -> ProbeRunner:
+    if ctx.probes is None:
+        ctx.probes = ProbeRunner(ctx.settings.probe_concurrency)
+    return ctx.probes
+
+
+def schedule(
+    ctx: AppContext,
+    tenant: Tenant,
+    request: RouteRequest,
+    route: RouteResponse,
+    body: dict[str, Any],
+    answered: list[str],
+) -> None:
+    """Start the probes of ``route.query`` other than the models that already answered the client."""
+    models = [m for m in dict.fromkeys(route.query) if m not in answered]
+    if not models:
+        return
+    probe_body = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+    for model in models:
+        runner(ctx).start(_probe(ctx, ProbeJob(tenant.id, request, route, probe_body, model)))
+
+
+def answered_by(done: forwarding.Forwarded) -> list[str]:
+    """The models whose answers the client got (an ensemble's members, else the one that answered)."""
+    if done.members is None:
+        return [done.target.name]
+    return [m.backend for m in done.members if m.payload is not None]
+
+
+def _answer_text(payload: dict[str, Any]) -> str:
+    texts: list[str] = []
+    for choice in payload.get("choices") or []:
+        message = choice.get("message") if isinstance(choice, dict) else None
+        if isinstance(message, dict) and isinstance(message.get("content"), str):
+            texts.append(message["content"])
+    for item in payload.get("data") or []:
+        if isinstance(item, dict) and isinstance(item.get("url"), str):
+            texts.append(item["url"])
+    return "\n".join(texts)
+
+
+@dataclass(frozen=True)
+class ProbeJob:
+    tenant_id: int
+    request: RouteRequest
+    route: RouteResponse
+    body: dict[str, Any]
+    model: str
+
+
+async def _probe(ctx: AppContext, job: ProbeJob) -> None:
+    async with runner(ctx).semaphore:
+        try:
+            await _call_and_store(ctx, job)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception(
+                "probe of %s for decision %s failed to be recorded", job.model, job.route.decision_id
+            )
+
+
+async def _call_and_store(ctx: AppContext, job: ProbeJob) -> None:
+    tenant_id, request, route, body, model = job.tenant_id, job.request, job.route, job.body, job.model
+    path = forwarding.path_for(body)
+    attempts: list[AttemptRecord] = []
+    async with ctx.sessionmaker() as session:
+        decision = await session.get(DecisionRow, route.decision_id)
+        tenant = await session.get(Tenant, tenant_id)
+        if decision is None or tenant is None:
+            return
+        router_id = decision.router_id
+        try:
+            target = await forwarding.load_target(ctx, session, model, path, attempts)
+            await session.commit()  # no pooled connection held during the call
+            payload = await ctx.backends.call_json(target, path, body, attempts)
+        except BackendFailure as exc:
+            session.add(
+                Probe(
+                    decision_id=route.decision_id,
+                    tenant_id=tenant_id,
+                    router_id=router_id,
+                    model=model,
+                    status="failed",
+                    error=str(exc),
+                )
+            )
+            await session.commit()
+            return
+        cost = forwarding.call_cost(target, request, payload, path)
+        probe = Probe(
+            decision_id=route.decision_id,
+            tenant_id=tenant_id,
+            router_id=router_id,
+            model=model,
+            answer=_answer_text(payload),
+            cost=cost,
+            status="pending",
+        )
+        session.add(probe)
+        await session.commit()
+        # A query reward committed before this row was (an evaluator that read x-banditgate-query) found
+        # no probe to mark: look again now that the row is committed.
+        if await session.scalar(select(query_reward(route.decision_id, model))):
+            await session.execute(update(Probe).where(Probe.id == probe.id).values(status="answered"))
+            await session.commit()
+        feedback = FeedbackRequest(decision_id=route.decision_id, model=model, kind="cost", cost=cost)
+        await gateway.record_feedback(ctx, session, tenant, [feedback])
+
+
+def query_reward(decision_id: Any, model: Any) -> Exists:
+    """EXISTS a ``kind: query`` feedback event for (decision_id, model)."""
+    return exists().where(
+        FeedbackEvent.decision_id == decision_id, FeedbackEvent.model == model, FeedbackEvent.kind == "query"
+    )
+
+
+async def pending(
+    ctx: AppContext, tenant: Tenant, limit: int, cursor: int | None
+) -> tuple[list[tuple[Probe, str]], int | None]:
+    """The tenant's pending probes after ``cursor`` (a probe id), oldest first, each with its decision's
+    prompt hash; and the cursor of the next page (None when this page is the last). A probe whose query
+    reward exists is never listed, even in the rare race where its status was left ``pending``."""
+    async with ctx.sessionmaker() as session:
+        query = (
+            select(Probe, DecisionRow.prompt_hash)
+            .join(DecisionRow, DecisionRow.id == Probe.decision_id)
+            .where(Probe.tenant_id == tenant.id, Probe.status == "pending")
+            .where(~query_reward(Probe.decision_id, Probe.model))
+            .order_by(Probe.id)
+            .limit(limit + 1)
+        )
+        if cursor is not None:
+            query = query.where(Probe.id > cursor)
+        rows = [(p, h) for p, h in (await session.execute(query)).all()]
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return rows, (rows[-1][0].id if more and rows else None)
