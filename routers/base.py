@@ -215,6 +215,7 @@ class PolicyBase:
     """
 
     name: ClassVar[str] = "base"
+    dim: int | None = None  # the context dimension, for policies that need it (see _ensure_dim)
 
     def __init__(self, arms: Sequence[str] = (), seed: int | None = 0) -> None:
         if len(set(arms)) != len(arms):
@@ -227,6 +228,18 @@ class PolicyBase:
     @property
     def arms(self) -> list[str]:
         return list(self._arms)
+
+    def _ensure_dim(self, x: np.ndarray) -> None:
+        """Fix the context dimension on first use (allocating per-arm state through ``_on_add_arm``) and
+        reject a context of another dimension."""
+        dim = self.dim
+        if dim is None:
+            dim = int(x.shape[0])
+            self.dim = dim
+            self.config["dim"] = dim
+            for arm in self._arms:
+                self._on_add_arm(arm)
+        require(x.shape == (dim,), f"context has dimension {x.shape}, expected ({dim},)")
 
     def _rng(self, context: Context) -> np.random.Generator:
         return context.rng if context.rng is not None else self.rng

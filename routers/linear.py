@@ -70,14 +70,6 @@ class LinUCB(PolicyBase):
             for arm in self._arms:
                 self._on_add_arm(arm)
 
-    def _ensure_dim(self, x: np.ndarray) -> None:
-        if self.dim is None:
-            self.dim = int(x.shape[0])
-            self.config["dim"] = self.dim
-            for arm in self._arms:
-                self._on_add_arm(arm)
-        require(x.shape == (self.dim,), f"context has dimension {x.shape}, expected ({self.dim},)")
-
     def _on_add_arm(self, arm: str) -> None:
         if self.shared:
             self._add_slot(arm)
