@@ -76,6 +76,43 @@ def set_up(url: str, admin: str, dataset_dir: Path, policy: str, hyperparameters
     return key
 
 
+def measure_overhead(url: str, key: str, dataset_dir: Path, n: int) -> None:
+    """The gateway's own cost per request: ``/v1/chat/completions`` through the router (embed, select,
+    log the decision, forward, record the cost event) against the same request sent straight to the
+    replay backend the router picked, on the same server. Pairs alternate, prompts repeat (cached
+    embeddings after the first pass), and medians are reported."""
+    import statistics
+
+    dataset = load_dataset(dataset_dir)
+    prompts = [str(row["prompt"]) for row in dataset.rows[: min(50, len(dataset.rows))]]
+    via, direct = [], []
+    with httpx.Client(base_url=url, timeout=60) as client:
+        for i in range(n + len(prompts)):  # the first pass only warms the embedding cache
+            body = {"messages": [{"role": "user", "content": prompts[i % len(prompts)]}]}
+            t0 = time.perf_counter()
+            r = client.post(
+                "/v1/chat/completions",
+                json={**body, "model": "router"},
+                headers={"Authorization": f"Bearer {key}"},
+            )
+            t1 = time.perf_counter()
+            r.raise_for_status()
+            model = r.json()["model"]
+            t2 = time.perf_counter()
+            client.post(
+                f"/replay/{model}/v1/chat/completions", json={**body, "model": model}
+            ).raise_for_status()
+            t3 = time.perf_counter()
+            if i >= len(prompts):
+                via.append((t1 - t0) * 1000)
+                direct.append((t3 - t2) * 1000)
+    g, d = statistics.median(via), statistics.median(direct)
+    print(
+        f"{n} pairs: through the gateway p50 {g:.1f} ms, straight to the backend p50 {d:.1f} ms, "
+        f"overhead {g - d:.1f} ms per request, ratio {g / d:.1f}x"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -87,6 +124,13 @@ def main() -> int:
     parser.add_argument("--embedder", default="minilm")
     parser.add_argument("--block", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--overhead",
+        type=int,
+        default=0,
+        metavar="N",
+        help="instead of the replay: N paired requests, through the gateway and straight to a replay backend",
+    )
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="banditgate-e2e-"))
@@ -126,7 +170,10 @@ def main() -> int:
                 f"mean reward {summary.mean_reward:.4f}, errors {summary.errors}, calls {dict(summary.models)}"
             )
 
-        asyncio.run(evaluate())
+        if args.overhead:
+            measure_overhead(url, key, args.dataset, args.overhead)
+        else:
+            asyncio.run(evaluate())
     finally:
         server.terminate()
         server.wait(30)
