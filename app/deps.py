@@ -41,16 +41,21 @@ async def _tenant_for_key(session: AsyncSession, token: str) -> Tenant | None:
     return row.scalar_one_or_none()
 
 
-async def current_tenant(
-    ctx: Ctx, session: Session, authorization: Annotated[str | None, Header()] = None
-) -> Tenant:
+def _bearer_or_401(authorization: str | None, what: str) -> str:
     token = bearer_token(authorization)
     if token is None:
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED,
-            "missing API key: send 'Authorization: Bearer <key>'",
+            f"missing {what}: send 'Authorization: Bearer <key>'",
             headers=_UNAUTHORIZED,
         )
+    return token
+
+
+async def current_tenant(
+    ctx: Ctx, session: Session, authorization: Annotated[str | None, Header()] = None
+) -> Tenant:
+    token = _bearer_or_401(authorization, "API key")
     admin_key = ctx.settings.admin_key.get_secret_value() if ctx.settings.admin_key else None
     if is_admin_key(token, admin_key):
         raise HTTPException(
@@ -68,13 +73,7 @@ CurrentTenant = Annotated[Tenant, Depends(current_tenant)]
 async def require_admin(
     ctx: Ctx, session: Session, authorization: Annotated[str | None, Header()] = None
 ) -> None:
-    token = bearer_token(authorization)
-    if token is None:
-        raise HTTPException(
-            status.HTTP_401_UNAUTHORIZED,
-            "missing admin key: send 'Authorization: Bearer <key>'",
-            headers=_UNAUTHORIZED,
-        )
+    token = _bearer_or_401(authorization, "admin key")
     if ctx.settings.admin_key is None:
         raise HTTPException(status.HTTP_403_FORBIDDEN, "the admin API is disabled: set BANDITGATE_ADMIN_KEY")
     if is_admin_key(token, ctx.settings.admin_key.get_secret_value()):
