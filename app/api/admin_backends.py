@@ -66,12 +66,12 @@ async def list_backends(session: Session) -> list[BackendOut]:
     return [backend_out(b) for b in await session.scalars(select(Backend).order_by(Backend.id))]
 
 
-@router.get("/{name}", response_model=BackendOut)
+@router.get("/{name:path}", response_model=BackendOut)
 async def read_backend(name: str, session: Session) -> BackendOut:
     return backend_out(await get_backend(session, name))
 
 
-@router.patch("/{name}", response_model=BackendOut)
+@router.patch("/{name:path}", response_model=BackendOut)
 async def update_backend(name: str, body: BackendUpdate, session: Session, ctx: Ctx) -> BackendOut:
     backend = await get_backend(session, name)
     changes = body.model_dump(exclude_unset=True)
@@ -85,7 +85,7 @@ async def update_backend(name: str, body: BackendUpdate, session: Session, ctx: 
     return backend_out(backend)
 
 
-@router.delete("/{name}", status_code=status.HTTP_204_NO_CONTENT)
+@router.delete("/{name:path}", status_code=status.HTTP_204_NO_CONTENT)
 async def delete_backend(name: str, session: Session) -> None:
     """409 while a router still lists the backend as an arm."""
     backend = await get_backend(session, name)

@@ -20,7 +20,7 @@ async def test_tenant_key_backend_router_crud(stack: Stack) -> None:
         assert [k["id"] for k in listed] == [issued["id"]] and "key" not in listed[0]
 
         backend = {
-            "name": unique("gpt"),
+            "name": unique("openai/gpt"),  # names may hold "/" (Hugging Face ids): GET/PATCH/DELETE by it
             "base_url": "http://127.0.0.1:9/v1",
             "usd_per_mtok_in": 2.5,
             "api_key": "sk-secret",
