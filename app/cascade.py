@@ -45,7 +45,7 @@ async def reselect(
         arms=candidates,
         costs=await gateway.expected_costs(session, list(router.arms), row.prompt_chars),
         tried=list(tried),
-        rng=gateway.decision_rng(router.seed, row.id),
+        rng=gateway.decision_rng(router.seed, row.id, (row.info or {}).get("seed")),
     )
     runtime = await ctx.states.get(router)
     try:

@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 CHAT_PATH = "/chat/completions"
 IMAGE_PATH = "/images/generations"
+DECLINED_HEADER = "x-banditgate-declined"  # on the 503 of a decision that chose no model
 
 
 @dataclass
@@ -133,6 +134,7 @@ async def _call(
         raise HTTPException(
             status.HTTP_503_SERVICE_UNAVAILABLE,
             f"router {route.router!r} declined to choose a model (decision {route.decision_id})",
+            headers={DECLINED_HEADER: "true", "x-banditgate-decision-id": route.decision_id},
         )
     tried: list[str] = []
     failures: list[BackendFailure] = []

@@ -8,7 +8,6 @@ its own process to fold it, so a client that routes again right after its feedba
 from __future__ import annotations
 
 import logging
-import math
 import uuid
 from collections import defaultdict
 
@@ -25,6 +24,7 @@ from app.jsonable import jsonable
 from app.schemas import FeedbackAccepted, FeedbackRequest, RouteRequest, RouteResponse
 from app.store.models import Backend, DecisionRow, FeedbackEvent, Probe, Router, Tenant
 from routers.base import Context
+from routers.base import decision_rng as keyed_rng
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ async def resolve_router(session: AsyncSession, tenant: Tenant, name: str | None
     return router
 
 
-def call_cost(backend: Backend, tokens_in: int, tokens_out: int) -> float:
+def call_cost(backend: Backend, tokens_in: float, tokens_out: float) -> float:
     """USD for one call: tokens x price per million tokens, plus the per-call price."""
     return (
         tokens_in * backend.usd_per_mtok_in / 1e6
@@ -52,16 +52,20 @@ def call_cost(backend: Backend, tokens_in: int, tokens_out: int) -> float:
 
 async def expected_costs(session: AsyncSession, arms: list[str], prompt_chars: int) -> dict[str, float]:
     """Expected cost of calling each arm on this prompt: prompt characters / 4 input tokens and the
-    backend's ``default_tokens_out`` output tokens."""
+    backend's ``default_tokens_out`` output tokens (an expectation, so not rounded to whole tokens: the
+    replay benchmark's estimate, which ``bench e2e`` relies on to show policies the same costs)."""
     backends = (await session.scalars(select(Backend).where(Backend.name.in_(arms)))).all()
-    tokens_in = math.ceil(prompt_chars / CHARS_PER_TOKEN)
+    tokens_in = prompt_chars / CHARS_PER_TOKEN
     return {b.name: call_cost(b, tokens_in, b.default_tokens_out) for b in backends}
 
 
-def decision_rng(seed: int, decision_id: str) -> np.random.Generator:
-    """Randomness of one decision, from the router's seed and the decision id: replicas with the same
-    learned state make the same choice for the same decision, whatever else they served."""
-    return np.random.default_rng(np.random.SeedSequence([seed, int(decision_id[:16], 16)]))
+def decision_rng(seed: int, decision_id: str, request_seed: int | None = None) -> np.random.Generator:
+    """Randomness of one decision, from the router's seed and the decision id (or the client's request
+    ``seed`` when it sent one): replicas with the same learned state make the same choice for the same
+    decision, whatever else they served, and a client that replays the same seeded requests gets the
+    same choices (``bench e2e`` matches the simulator's ``round_rng`` this way)."""
+    key = int(decision_id[:16], 16) if request_seed is None else int(request_seed)
+    return keyed_rng(seed, key)
 
 
 async def route(
@@ -93,7 +97,7 @@ async def route(
         embedding=embedding,
         arms=request.candidates,
         costs=costs,
-        rng=decision_rng(router.seed, decision_id),
+        rng=decision_rng(router.seed, decision_id, request.seed),
     )
     decision = runtime.policy.select(context)
     scores = jsonable(decision.scores)
@@ -108,7 +112,12 @@ async def route(
             models=list(decision.arms),
             query=list(decision.query),
             scores=scores,
-            info={**info, "adaptive": True} if decision.adaptive else info,  # read by /route/{id}/next
+            # read by /route/{id}/next and the cascades' later steps
+            info={
+                **info,
+                **({"adaptive": True} if decision.adaptive else {}),
+                **({"seed": request.seed} if request.seed is not None else {}),
+            },
             embedding=np.asarray(embedding, np.float32).tobytes(),
             prompt_hash=digest,
             prompt_chars=len(text),

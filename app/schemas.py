@@ -182,6 +182,14 @@ class RouteRequest(Strict):
         None, min_length=1, description="restrict the choice to these models"
     )
     metadata: dict[str, Any] = Field(default_factory=dict)
+    seed: int | None = Field(
+        None,
+        ge=0,
+        le=2**63 - 1,
+        description="the decision's randomness comes from (router seed, this seed) instead of the decision "
+        "id: the same requests in the same order to a router in the same state get the same decisions "
+        "(OpenAI's 'seed'; /v1 endpoints take it from the body)",
+    )
     forward: bool = Field(False, description="call the chosen backend and return its answer too")
     request: dict[str, Any] | None = Field(
         None,

@@ -22,6 +22,12 @@ else the run's (``--success-threshold``, default the midpoint of the reward rang
 is in units of that many USD (C2MAB-V's normalised rho) and the trace records ``budget * cost_scale`` USD.
 Every Observation carries
 ``extra = {"round", "step", "success", "final"}``; ``final`` marks the last call of the round's plan.
+
+By default a policy draws its randomness from its own generator. With ``round_rng`` (a function of the
+round) every ``select`` of round t, the adaptive cascade's later steps included, gets a fresh
+``round_rng(t)`` in ``Context.rng``: the gateway's rule for a request that carries a ``seed`` (the
+decision's generator depends on the router's seed and that key only), which ``bench e2e`` uses to play the
+same decisions offline and through the service.
 """
 
 from __future__ import annotations
@@ -124,6 +130,7 @@ def _play(
     context: Context,
     max_calls: int,
     select_ns: list[int],
+    rng: Callable[[], np.random.Generator | None] = lambda: None,
 ) -> RoundResult:
     env = game.env
     threshold = game.threshold = decision_threshold(decision, env.success_threshold)
@@ -151,6 +158,7 @@ def _play(
                 costs=context.costs,
                 tried=tuple(game.called),
                 constraints=context.constraints,
+                rng=rng(),
             )
             start = perf_counter_ns()
             current = policy.select(retry)
@@ -210,6 +218,7 @@ def run_policy(
     max_calls: int | None = None,
     progress: Callable[[int], None] | None = None,
     progress_every: int = 250,
+    round_rng: Callable[[int], np.random.Generator] | None = None,
 ) -> Trace:
     """Replay ``draws`` through ``policy`` (built with the schedule's initial models); see module doc."""
     horizon = env.horizon
@@ -243,13 +252,17 @@ def run_policy(
         row_cost = draws.costs[t]
         costs = {name: float(row_cost[k]) for k, name in available}
         p = int(prompts[t])
-        context = Context(embedding=embeddings[p], costs=costs, constraints=constraints)
+
+        def fresh(t: int = t) -> np.random.Generator | None:
+            return None if round_rng is None else round_rng(t)
+
+        context = Context(embedding=embeddings[p], costs=costs, constraints=constraints, rng=fresh())
         start = perf_counter_ns()
         decision = policy.select(context)
         select_ns.append(perf_counter_ns() - start)
         game = _Round(policy, env, draws, t, embeddings[p], costs)
         bound = max_calls if max_calls is not None else len(available)
-        result = _play(policy, decision, game, context, bound, select_ns)
+        result = _play(policy, decision, game, context, bound, select_ns, fresh)
         declared = decision_budget_usd(decision)
         if declared is not None:
             budget, declared_budget = declared, True

@@ -139,6 +139,14 @@ def make_rng(seed: int | None) -> np.random.Generator:
     return np.random.default_rng(seed)
 
 
+def decision_rng(seed: int, key: int) -> np.random.Generator:
+    """The generator of one decision: a function of the router's ``seed`` and a per-decision ``key`` only
+    (the gateway's decision id, or a client's request seed; the simulator's round under ``round_rng``),
+    so the same decision draws the same numbers wherever and whenever it is made, and a cascade's later
+    steps of that decision start from the same generator again."""
+    return np.random.default_rng(np.random.SeedSequence([seed, key]))
+
+
 def rng_state(rng: np.random.Generator) -> dict[str, Any]:
     """A JSON-able copy of a generator's state (PCG64 state holds Python ints)."""
     return dict(rng.bit_generator.state)

@@ -41,7 +41,8 @@ def router_name(model: Any) -> str | None:
 def route_request(body: dict[str, Any], **text: Any) -> RouteRequest:
     metadata = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
     try:
-        return RouteRequest(router=router_name(body.get("model")), metadata=metadata, **text)
+        seed = body.get("seed")
+        return RouteRequest(router=router_name(body.get("model")), metadata=metadata, seed=seed, **text)
     except ValidationError as exc:
         errors = exc.errors(include_url=False, include_context=False, include_input=False)
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, jsonable(errors)) from exc

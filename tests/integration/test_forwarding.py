@@ -62,7 +62,11 @@ async def add_backend(client: httpx.AsyncClient, fake: FakeBackends, behaviour: 
 
 
 async def add_tenant(
-    client: httpx.AsyncClient, arms: list[str], router: str = "main", policy: str = "linucb"
+    client: httpx.AsyncClient,
+    arms: list[str],
+    router: str = "main",
+    policy: str = "linucb",
+    hyperparameters: dict[str, object] | None = None,
 ) -> str:
     """A tenant whose default router is ``policy`` (LinUCB: alpha 0, greedy) over ``arms``; returns its key."""
     tenant = unique("t")
@@ -73,7 +77,7 @@ async def add_tenant(
     body = {
         "name": router,
         "policy": policy,
-        "hyperparameters": {"alpha": 0.0},
+        "hyperparameters": {"alpha": 0.0} if hyperparameters is None else hyperparameters,
         "arms": arms,
         "is_default": True,
     }
@@ -517,3 +521,59 @@ async def test_mixture_routers_learn_from_the_forwarded_answer(
             assert got == pytest.approx([float(v) for v in embedder.embed([text])[0]], abs=1e-6)
         decision = (await client.post("/route", json={"prompt": PROMPT}, headers=bearer(key))).json()
         assert sum(decision["scores"][arm]["n"] for arm in arms) == 2
+
+
+async def test_a_declined_decision_is_a_503_that_says_so(sqlite_stack: Stack, fake: FakeBackends) -> None:
+    """PromptWise stops before the first call when no model is worth its cost (max_a q_a - lambda c_a <= 0):
+    the client gets a 503 naming the router, marked declined, with the decision id for feedback."""
+    app = gateway_app(sqlite_stack)
+    async with running(app) as client:
+        ok = await add_backend(client, fake, "ok")
+        tenant = unique("t")
+        await client.post("/admin/tenants", json={"name": tenant}, headers=admin_headers())
+        key = (await client.post(f"/admin/tenants/{tenant}/keys", json={}, headers=admin_headers())).json()[
+            "key"
+        ]
+        stingy = {
+            "name": "stingy",
+            "policy": "promptwise",
+            "hyperparameters": {"cost_weight": 1e9, "tau_exp": 0},
+            "arms": [ok],
+            "is_default": True,
+        }
+        made = await client.post(f"/admin/tenants/{tenant}/routers", json=stingy, headers=admin_headers())
+        assert made.status_code == 201, made.text
+        body = {"model": "router/stingy", "messages": [{"role": "user", "content": PROMPT}]}
+        response = await client.post("/v1/chat/completions", json=body, headers=bearer(key))
+        assert response.status_code == 503
+        assert "'stingy' declined to choose a model" in response.json()["detail"]
+        assert response.headers["x-banditgate-declined"] == "true"
+        decision_id = response.headers["x-banditgate-decision-id"]
+        assert await attempts_of(app, decision_id) == []  # no backend was called
+
+
+async def test_seeded_requests_get_the_same_decisions(sqlite_stack: Stack, fake: FakeBackends) -> None:
+    """With OpenAI's ``seed`` a decision draws from (router seed, request seed): the uniformly random policy
+    makes the same choices for the same seeds, other choices for others, on /v1 and on /route alike."""
+    app = gateway_app(sqlite_stack)
+    async with running(app) as client:
+        arms = [await add_backend(client, fake, "ok") for _ in range(4)]
+        key = await add_tenant(client, arms, policy="random", hyperparameters={})
+
+        async def choices(seeds: range) -> list[str]:
+            out = []
+            for seed in seeds:
+                body = {"model": "router", "seed": seed, "messages": [{"role": "user", "content": PROMPT}]}
+                response = await client.post("/v1/chat/completions", json=body, headers=bearer(key))
+                assert response.status_code == 200, response.text
+                out.append(response.headers["x-banditgate-model"])
+            return out
+
+        first = await choices(range(20))
+        assert first == await choices(range(20))
+        assert first != await choices(range(20, 40))
+        assert len(set(first)) > 1
+        routed = await client.post("/route", json={"prompt": PROMPT, "seed": 3}, headers=bearer(key))
+        assert routed.json()["model"] == first[3]
+        bad = await client.post("/route", json={"prompt": PROMPT, "seed": -1}, headers=bearer(key))
+        assert bad.status_code == 422 and "seed" in bad.text

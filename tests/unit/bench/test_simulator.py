@@ -209,3 +209,31 @@ def test_dataset_budget_applies_to_policies_and_references(tmp_path: Path, monke
     assert report["policies"][0]["violation"] == pytest.approx(0.01 - 0.004)
     # the oracle calls mid (reward 1, cheaper than pricey): the same spend
     assert report["reference"]["oracle"]["violation"] == pytest.approx(0.006)
+
+
+def test_round_rng_gives_every_select_of_a_round_a_fresh_keyed_generator(monkeypatch, dataset) -> None:
+    """``round_rng``: each select of round t (the adaptive cascade's re-selects too) gets a new
+    ``round_rng(t)``, as the gateway rebuilds a seeded decision's generator for each cascade step."""
+    from functools import partial
+
+    from bench.arm_schedule import build_schedule
+    from bench.replay_env import ReplayEnv
+    from bench.simulator import run_policy
+    from routers.base import decision_rng
+
+    def script(policy: ScriptedPolicy, context: Context) -> Decision:
+        remaining = [a for a in ["cheap", "weak", "mid"] if a not in context.tried]
+        return Decision(arms=remaining[:1], mode="cascade", adaptive=True)
+
+    register(monkeypatch, "scripted", script)
+    env = ReplayEnv(dataset, dataset.contexts, build_schedule(dataset.model_names, [], HORIZON), 0.0, 0.5)
+    policy = ScriptedPolicy(dataset.model_names, script=script)
+    run_policy(policy, env, env.draw(0), round_rng=partial(decision_rng, 7))
+    draws = [float(c.rng.random()) for c in policy.contexts]  # type: ignore[union-attr]
+    per_round = [draws[3 * t : 3 * t + 3] for t in range(HORIZON)]
+    for t, steps in enumerate(per_round):
+        assert steps == [float(decision_rng(7, t).random())] * 3
+    assert len({steps[0] for steps in per_round}) == HORIZON
+    plain = ScriptedPolicy(dataset.model_names, script=script)
+    run_policy(plain, env, env.draw(0))
+    assert all(c.rng is None for c in plain.contexts)
