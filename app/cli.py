@@ -25,7 +25,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _serve(host: str, port: int, workers: int) -> int:
+def _serve(host: str, port: int, workers: int, access_log: bool = True) -> int:
     import uvicorn
 
     settings = Settings()
@@ -36,12 +36,14 @@ def _serve(host: str, port: int, workers: int) -> int:
             file=sys.stderr,
         )
         return 2
-    uvicorn.run("app.main:create_app", factory=True, host=host, port=port, workers=workers)
+    uvicorn.run(
+        "app.main:create_app", factory=True, host=host, port=port, workers=workers, access_log=access_log
+    )
     return 0
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    return _serve(args.host, args.port, args.workers)
+    return _serve(args.host, args.port, args.workers, not args.no_access_log)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -154,6 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (>1 needs Redis)")
+    serve.add_argument("--no-access-log", action="store_true", help="no line per request on stderr")
     serve.set_defaults(func=cmd_serve)
 
     migrate = sub.add_parser("migrate", help="apply database migrations (Alembic)")

@@ -19,6 +19,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "bench.convert_routellm",
     "bench.synthetic",
     "bench.mixture",
+    "bench.e2e",
 )
 
 

@@ -246,6 +246,32 @@ def run_main(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_replay_arguments(parser: argparse.ArgumentParser, seeds: int, horizon_required: bool = True) -> None:
+    """What every replay command takes: the dataset, the policies, T, the seeds, lambda, the success
+    threshold and the embedder."""
+    parser.add_argument("--dataset", required=True, help="directory with models.json and rows.jsonl")
+    parser.add_argument(
+        "--policy", action="append", required=True, metavar="SPEC", help="name[:key=value,...]; repeatable"
+    )
+    parser.add_argument("--horizon", type=int, required=horizon_required, help="rounds per seed (T)")
+    parser.add_argument("--seeds", type=int, default=seeds, help=f"seeds 0..S-1 (default {seeds})")
+    parser.add_argument(
+        "--lambda",
+        dest="lam",
+        type=float,
+        default=0.0,
+        help="reward units per USD (utility = reward - lambda * cost); cost-aware policies: cost_weight",
+    )
+    parser.add_argument("--embedder", default="minilm", help="embedder name (default minilm)")
+    parser.add_argument("--cache-dir", type=Path, default=None, help="embedding cache (default see docs)")
+    parser.add_argument(
+        "--success-threshold",
+        type=float,
+        default=None,
+        help="a call succeeds at this reward (default midpoint); a Decision's info['success_threshold'] wins",
+    )
+
+
 def add_subcommand(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "run",
@@ -256,29 +282,9 @@ def add_subcommand(subparsers: Any) -> None:
             "Definitions and the JSON contract: docs/benchmarks.md."
         ),
     )
-    parser.add_argument("--dataset", required=True, help="directory with models.json and rows.jsonl")
-    parser.add_argument(
-        "--policy", action="append", required=True, metavar="SPEC", help="name[:key=value,...]; repeatable"
-    )
-    parser.add_argument("--horizon", type=int, required=True, help="rounds per seed (T)")
-    parser.add_argument("--seeds", type=int, default=10, help="seeds 0..S-1 (default 10)")
-    parser.add_argument(
-        "--lambda",
-        dest="lam",
-        type=float,
-        default=0.0,
-        help="reward units per USD (utility = reward - lambda * cost); cost-aware policies: cost_weight",
-    )
+    add_replay_arguments(parser, seeds=10)
     parser.add_argument("--json", help="write the JSON report here")
     parser.add_argument("--plots", help="write regret.png, opr.png, cost.png into this directory")
-    parser.add_argument("--embedder", default="minilm", help="embedder name (default minilm)")
-    parser.add_argument("--cache-dir", type=Path, default=None, help="embedding cache (default see docs)")
-    parser.add_argument(
-        "--success-threshold",
-        type=float,
-        default=None,
-        help="a call succeeds at this reward (default midpoint); a Decision's info['success_threshold'] wins",
-    )
     parser.add_argument(
         "--budget",
         type=float,

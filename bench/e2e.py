@@ -1,0 +1,676 @@
+"""``bench e2e``: the offline replay and the same replay through a running gateway, side by side.
+
+For each policy and seed s the offline half is ``bench run`` (``bench.run_command.replay``). The service
+half plays the very same draws (``ReplayEnv.draw(s)``: the same prompts in the same order, the same sampled
+reward of every model in every round) through the gateway over HTTP:
+
+- every model of the dataset is a backend at ``<backends>/<model>/v1`` (the gateway's own ``/replay``
+  mount of the dataset, or a ``banditgate replay-backends`` server), with the dataset's prices;
+- a router per (policy, seed) with the policy, the spec's hyperparameters (``cost_weight`` = ``--lambda``
+  for cost-aware policies, as in ``bench run``), the seed and the dataset's reward range;
+- round t sends the prompt to ``POST /v1/chat/completions`` with ``model: router/<name>``: the gateway
+  embeds it, selects, forwards to the replay backend and returns the answer with its cost
+  (``x-banditgate-cost-usd``, from the backend's reported usage and the prices);
+- single-model decisions: the driver posts round t's drawn reward of the answering model to
+  ``POST /feedback`` (and ``kind: query`` rewards for the models in ``x-banditgate-query``);
+- cascades (PromptWise): the router has a judge, a small HTTP server of this module that scores each
+  answer with round t's drawn reward of the model that gave it. The gateway runs the whole cascade, and
+  records each step's reward and cost; the user's reward is the best step's, as in the simulator;
+- a decline (503 with ``x-banditgate-declined``) scores the low end of the reward range at no cost;
+- each request carries ``seed: t`` (OpenAI's parameter): the gateway then draws the decision's randomness
+  from (router seed, t), and the offline half runs the simulator with ``round_rng(t)`` built the same way
+  (``routers.base.decision_rng``), so both halves break ties and explore alike. ``--unseeded`` leaves the
+  gateway on its default (the decision id) and the simulator on the policy's own generator.
+
+The comparison: each policy's service mean reward and mean cost per round (over rounds, then seeds)
+against the offline mean and its 95% interval (``bench.metrics.ci95`` over the same seeds). Both halves
+see the same prompts, reward draws and (seeded) decision randomness, and the policy is shown the same
+cost estimates before a call (prompt characters / 4 and ``default_tokens_out`` tokens, the dataset's
+estimate when it logs no token counts). What may still differ: the embedding (the gateway embeds the
+message text itself, one at a time; the bench embeds in batches, which can move MiniLM's floats in the
+last digits) and the charged cost (the replay backend reports whole tokens, the bench charges
+characters / 4).
+
+This module talks to the gateway over HTTP only; it imports nothing from ``app/``. Starting a gateway
+(``spawn_gateway``) runs ``python -m app.cli serve`` as a child process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+from tqdm import tqdm
+
+from bench.arm_schedule import build_schedule
+from bench.dataset import Dataset, load_dataset
+from bench.metrics import ci95
+from bench.policy_spec import PolicySpec, build_from_spec, hyperparameters, parse_spec
+from bench.replay_env import ReplayEnv, SeedDraws
+from bench.trace import Trace
+from routers.base import Context, decision_rng
+
+DECLINED_HEADER = "x-banditgate-declined"
+
+
+class ServiceError(RuntimeError):
+    """The gateway answered a round with an error the driver cannot score."""
+
+
+@dataclass
+class ServiceRun:
+    """One (policy, seed) through the gateway: per-round reward, cost and number of calls."""
+
+    reward: np.ndarray
+    cost: np.ndarray
+    calls: np.ndarray
+    declined: int
+    wall_s: float
+    models: dict[str, int] = field(default_factory=dict)
+    answered: list[str | None] = field(default_factory=list)  # per round: the model that answered
+
+
+@dataclass
+class Round:
+    """What the judge needs for the round in play: the draws' rewards and the steps it scored."""
+
+    rewards: np.ndarray  # (K,) round t's drawn reward of every model
+    scored: list[tuple[str, float]] = field(default_factory=list)
+
+
+class Judge:
+    """The routers' judge: ``POST /judge/{key}`` scores an answer with the current round's drawn reward of
+    the model that gave it (``{"score": r}``). One round per key is in play at a time."""
+
+    def __init__(self, index: dict[str, int]) -> None:
+        self.index = index  # backend name -> model column
+        self.rounds: dict[str, Round] = {}
+        self.app = Starlette(routes=[Route("/judge/{key}", self.judge, methods=["POST"])])
+
+    def begin(self, key: str, rewards: np.ndarray) -> Round:
+        self.rounds[key] = Round(rewards)
+        return self.rounds[key]
+
+    async def judge(self, request: Request) -> JSONResponse:
+        play = self.rounds.get(request.path_params["key"])
+        body = await request.json()
+        column = self.index.get(str(body.get("model")))
+        if play is None or column is None:
+            return JSONResponse({"detail": "no round in play for this model"}, status_code=409)
+        score = float(play.rewards[int(column)])
+        play.scored.append((str(body["model"]), score))
+        return JSONResponse({"score": score})
+
+
+@contextlib.asynccontextmanager
+async def serving(app: Any) -> AsyncIterator[str]:
+    """An ASGI app under uvicorn on 127.0.0.1 (a free port) on this event loop; yields its base URL."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()  # it failed to start: raise why
+        await asyncio.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def plays_cascade(spec: PolicySpec, dataset: Dataset, embeddings: np.ndarray, cost_weight: float) -> bool:
+    """Whether the policy's first decision is a cascade (then its routers get the judge)."""
+    policy = build_from_spec(spec, dataset.model_names, 0, cost_weight)
+    costs = {m: float(c) for m, c in zip(dataset.model_names, dataset.cost[0], strict=True)}
+    decision = policy.select(Context(embedding=embeddings[0], costs=costs))
+    if decision.mode == "set":
+        raise ValueError(f"policy {spec.text!r} plays sets (ensembles); bench e2e drives single and cascade")
+    return decision.mode == "cascade"
+
+
+class Gateway:
+    """An admin and a tenant client of one gateway, with the dataset's models registered as backends."""
+
+    def __init__(self, url: str, admin_key: str, backends_url: str) -> None:
+        self.url, self.admin_key, self.backends_url = url, admin_key, backends_url
+        self.client = httpx.AsyncClient(base_url=url, timeout=120)
+        self.tenant = f"e2e-{secrets.token_hex(4)}"
+        self.key = ""
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+    @property
+    def admin(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.admin_key}"}
+
+    async def set_up(self, dataset: Dataset) -> None:
+        """Backends named as the dataset's models (the names matter: kNN-UCB seeds each arm's neighbour
+        store from its name, so other names would make other draws than the simulator's). A backend of that
+        name that already points elsewhere is an error, never overwritten."""
+        for model in dataset.models:
+            body = {
+                "name": model.name,
+                "base_url": f"{self.backends_url}/{model.name}/v1",
+                "usd_per_mtok_in": model.usd_per_mtok_in,
+                "usd_per_mtok_out": model.usd_per_mtok_out,
+                "usd_per_call": model.usd_per_call,
+                "default_tokens_out": int(model.default_tokens_out),
+            }
+            response = await self.client.post("/admin/backends", json=body, headers=self.admin)
+            if response.status_code == 409:  # registered by an earlier run?
+                response = await self.client.get(f"/admin/backends/{model.name}", headers=self.admin)
+                _check(response, "reading backend " + model.name)
+                if response.json().get("base_url") != body["base_url"]:
+                    raise ServiceError(
+                        f"backend {model.name!r} exists and calls {response.json().get('base_url')}, not the "
+                        f"replay backend {body['base_url']}: run against a gateway without it"
+                    )
+                fields = ("usd_per_mtok_in", "usd_per_mtok_out", "usd_per_call", "default_tokens_out")
+                changes = {key: body[key] for key in fields}
+                response = await self.client.patch(
+                    f"/admin/backends/{model.name}", json=changes, headers=self.admin
+                )
+            _check(response, "registering backend " + model.name)
+        _check(
+            await self.client.post("/admin/tenants", json={"name": self.tenant}, headers=self.admin), "tenant"
+        )
+        created = await self.client.post(f"/admin/tenants/{self.tenant}/keys", json={}, headers=self.admin)
+        _check(created, "api key")
+        self.key = str(created.json()["key"])
+
+    async def create_router(self, name: str, body: dict[str, Any]) -> None:
+        response = await self.client.post(
+            f"/admin/tenants/{self.tenant}/routers", json={"name": name, **body}, headers=self.admin
+        )
+        _check(response, f"router {name}")
+
+
+def _check(response: httpx.Response, what: str) -> None:
+    if response.status_code >= 400:
+        raise ServiceError(f"{what}: HTTP {response.status_code}: {response.text[:300]}")
+
+
+async def run_service_seed(
+    gateway: Gateway,
+    judge: Judge,
+    judge_url: str | None,
+    dataset: Dataset,
+    spec: PolicySpec,
+    draws: SeedDraws,
+    cost_weight: float,
+    threshold: float,
+    bar: tqdm | None = None,
+    seeded: bool = True,
+) -> ServiceRun:
+    """Play one seed's draws through a fresh router; see the module doc for each step."""
+    name = f"{spec.name}-s{draws.seed}-{secrets.token_hex(3)}"
+    body: dict[str, Any] = {
+        "policy": spec.name,
+        "hyperparameters": hyperparameters(spec, cost_weight),
+        "arms": list(dataset.model_names),
+        "reward_range": list(dataset.reward_range),
+        "seed": draws.seed,
+    }
+    if judge_url is not None:
+        body |= {"judge_url": f"{judge_url}/judge/{name}", "judge_threshold": threshold}
+    await gateway.create_router(name, body)
+    column = {m: k for k, m in enumerate(dataset.model_names)}
+    headers = {"Authorization": f"Bearer {gateway.key}"}
+    horizon = len(draws.prompts)
+    reward, cost, calls = np.empty(horizon), np.empty(horizon), np.zeros(horizon, dtype=np.int64)
+    declined = 0
+    models: dict[str, int] = {}
+    answered_by: list[str | None] = []
+    start = time.perf_counter()
+    for t in range(horizon):
+        rewards = draws.rewards[t]
+        play = judge.begin(name, rewards)
+        request: dict[str, Any] = {
+            "model": f"router/{name}",
+            "messages": [{"role": "user", "content": dataset.prompts[int(draws.prompts[t])]}],
+        }
+        if seeded:
+            request["seed"] = t
+        response = await gateway.client.post("/v1/chat/completions", json=request, headers=headers)
+        if response.status_code == 503 and response.headers.get(DECLINED_HEADER):
+            reward[t], cost[t] = dataset.reward_range[0], 0.0
+            declined += 1
+            answered_by.append(None)
+        else:
+            _check(response, f"round {t} of seed {draws.seed}")
+            answered = response.headers["x-banditgate-model"]
+            models[answered] = models.get(answered, 0) + 1
+            answered_by.append(answered)
+            cost[t] = float(response.headers.get("x-banditgate-cost-usd", "nan"))
+            if judge_url is not None:
+                if not play.scored:
+                    raise ServiceError(f"round {t} of seed {draws.seed}: the gateway never asked the judge")
+                reward[t] = max(score for _, score in play.scored)
+                calls[t] = len(play.scored)
+            else:
+                reward[t] = float(rewards[column[answered]])
+                calls[t] = 1
+                events: list[dict[str, Any]] = [
+                    {"decision_id": response.headers["x-banditgate-decision-id"], "reward": reward[t]}
+                ]
+                for probe in filter(None, response.headers.get("x-banditgate-query", "").split(",")):
+                    if probe != answered and probe in column:
+                        events.append(
+                            {
+                                "decision_id": events[0]["decision_id"],
+                                "model": probe,
+                                "kind": "query",
+                                "reward": float(rewards[column[probe]]),
+                            }
+                        )
+                sent = await gateway.client.post("/feedback/batch", json={"events": events}, headers=headers)
+                _check(sent, f"feedback of round {t} of seed {draws.seed}")
+        if bar is not None:
+            bar.update(1)
+    return ServiceRun(reward, cost, calls, declined, time.perf_counter() - start, models, answered_by)
+
+
+@dataclass
+class Comparison:
+    """One policy: offline per-seed means next to the service's, and whether the service lies inside."""
+
+    policy: str
+    seeds: list[int]
+    offline_reward: list[float]
+    offline_cost: list[float]
+    service_reward: list[float]
+    service_cost: list[float]
+    service_calls: list[float]  # mean backend calls per round (cascade steps), per seed
+    service_wall_s: float
+    declined: int
+    models: dict[str, int]
+    horizon: int
+
+    def summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"policy": self.policy, "seeds": self.seeds}
+        for what in ("reward", "cost"):
+            offline = np.asarray(getattr(self, f"offline_{what}"))
+            service = np.asarray(getattr(self, f"service_{what}"))
+            half = ci95(offline)
+            out[what] = {
+                "offline_mean": float(offline.mean()),
+                "offline_ci95": half,
+                "service_mean": float(service.mean()),
+                "service_ci95": ci95(service),
+                "within": bool(abs(service.mean() - offline.mean()) <= half),
+                "offline_per_seed": offline.tolist(),
+                "service_per_seed": service.tolist(),
+            }
+        out["service_ms_per_round"] = self.service_wall_s * 1000 / max(1, len(self.seeds) * self.horizon)
+        out["service_calls_per_round"] = float(np.mean(self.service_calls))
+        out["declined"] = self.declined
+        out["models"] = self.models
+        return out
+
+
+def offline_traces(
+    dataset: Dataset,
+    embeddings: np.ndarray,
+    spec: PolicySpec,
+    horizon: int,
+    seeds: Sequence[int],
+    cost_weight: float,
+    threshold: float,
+    seeded: bool = True,
+) -> tuple[ReplayEnv, list[Trace]]:
+    """The simulator's traces for ``seeds`` (``bench run``'s loop for one policy) and the environment;
+    ``seeded``: round t's decisions draw from ``decision_rng(seed, t)``, as the gateway does for a request
+    with ``seed: t`` to a router with that seed."""
+    from bench.simulator import run_policy
+
+    schedule = build_schedule(dataset.model_names, [], horizon)
+    env = ReplayEnv(dataset, embeddings, schedule, cost_weight, threshold)
+    traces = []
+    for seed in seeds:
+        policy = build_from_spec(spec, schedule.initial, seed, cost_weight)
+        round_rng = partial(decision_rng, seed) if seeded else None
+        traces.append(run_policy(policy, env, env.draw(seed), round_rng=round_rng))
+    return env, traces
+
+
+async def compare(
+    gateway: Gateway,
+    dataset: Dataset,
+    embeddings: np.ndarray,
+    specs: Sequence[PolicySpec],
+    horizon: int,
+    seeds: Sequence[int],
+    cost_weight: float,
+    threshold: float | None = None,
+    progress: bool = True,
+    seeded: bool = True,
+) -> list[Comparison]:
+    """Every spec offline and through ``gateway`` on ``seeds``; see the module doc."""
+    lo, hi = dataset.reward_range
+    threshold = (lo + hi) / 2 if threshold is None else float(threshold)
+    judge = Judge({m: k for k, m in enumerate(dataset.model_names)})
+    await gateway.set_up(dataset)
+    results: list[Comparison] = []
+    async with serving(judge.app) as judge_url:
+        for spec in specs:
+            cascade = plays_cascade(spec, dataset, embeddings, cost_weight)
+            env, traces = offline_traces(
+                dataset, embeddings, spec, horizon, seeds, cost_weight, threshold, seeded
+            )
+            runs: list[ServiceRun] = []
+            with tqdm(total=horizon * len(seeds), unit="round", disable=not progress, file=sys.stderr) as bar:
+                for seed in seeds:
+                    bar.set_description(f"{spec.text} seed {seed} via the gateway")
+                    runs.append(
+                        await run_service_seed(
+                            gateway,
+                            judge,
+                            judge_url if cascade else None,
+                            dataset,
+                            spec,
+                            env.draw(seed),
+                            cost_weight,
+                            threshold,
+                            bar,
+                            seeded,
+                        )
+                    )
+            models: dict[str, int] = {}
+            for run in runs:
+                for m, n in run.models.items():
+                    models[m] = models.get(m, 0) + n
+            comparison = Comparison(
+                policy=spec.text,
+                seeds=list(seeds),
+                offline_reward=[float(t.reward.mean()) for t in traces],
+                offline_cost=[float(t.cost.mean()) for t in traces],
+                service_reward=[float(r.reward.mean()) for r in runs],
+                service_cost=[float(r.cost.mean()) for r in runs],
+                service_calls=[float(r.calls.mean()) for r in runs],
+                service_wall_s=sum(r.wall_s for r in runs),
+                declined=sum(r.declined for r in runs),
+                models=models,
+                horizon=horizon,
+            )
+            results.append(comparison)
+    return results
+
+
+@contextlib.contextmanager
+def spawn_gateway(dataset_dir: Path, embedder: str, max_steps: int) -> Iterator[tuple[str, str]]:
+    """``banditgate serve`` as a child process on a fresh SQLite database with ``dataset_dir`` mounted as
+    replay backends at ``/replay``; yields (url, admin key) and stops it afterwards."""
+    work = Path(tempfile.mkdtemp(prefix="banditgate-e2e-"))
+    port, admin = free_port(), "adm_" + secrets.token_urlsafe(16)
+    env = {
+        **os.environ,
+        "BANDITGATE_DATABASE_URL": f"sqlite+aiosqlite:///{work / 'gateway.db'}",
+        "BANDITGATE_ADMIN_KEY": admin,
+        "BANDITGATE_EMBEDDER": embedder,
+        "BANDITGATE_REPLAY_DATASET": str(dataset_dir.resolve()),
+        "BANDITGATE_JUDGE_MAX_STEPS": str(max_steps),
+        "BANDITGATE_LOG_LEVEL": "WARNING",
+    }
+    subprocess.run(
+        [sys.executable, "-m", "app.cli", "migrate"], env=env, check=True, stdout=subprocess.DEVNULL
+    )
+    server = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--no-access-log"], env=env
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            if server.poll() is not None:
+                raise ServiceError(f"the gateway exited with {server.returncode} before it was ready")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise ServiceError("the gateway did not become ready in 180 s")
+            time.sleep(0.5)
+        yield url, admin
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
+def format_comparison(results: Sequence[Comparison]) -> str:
+    lines = [
+        "policy            what    offline mean ± 95%        service mean    per seed (offline / service)",
+    ]
+    for result in results:
+        summary = result.summary()
+        for what, fmt in (("reward", "{:.4f}"), ("cost", "{:.6f}")):
+            s = summary[what]
+            pairs = "  ".join(
+                f"{fmt.format(o)}/{fmt.format(v)}"
+                for o, v in zip(s["offline_per_seed"], s["service_per_seed"], strict=True)
+            )
+            verdict = "inside" if s["within"] else "OUTSIDE"
+            lines.append(
+                f"{result.policy:<17} {what:<7} {fmt.format(s['offline_mean'])} ± {fmt.format(s['offline_ci95'])}"
+                f"  {fmt.format(s['service_mean'])} {verdict:<8} {pairs}"
+            )
+        lines.append(
+            f"{'':<17} service {summary['service_ms_per_round']:.1f} ms per round, declined "
+            f"{summary['declined']}, answered by {summary['models']}"
+        )
+    return "\n".join(lines)
+
+
+async def measure_overhead(
+    gateway: Gateway, dataset: Dataset, spec: PolicySpec, pairs: int, cost_weight: float
+) -> dict[str, float]:
+    """The gateway's own cost per request: ``/v1/chat/completions`` through a router of ``spec`` (embed,
+    select, log the decision, forward, record the cost event) against the same request sent straight to
+    the replay backend the router picked. Pairs alternate; 50 prompts repeat, the first pass over them
+    only warms the embedding cache. Medians in ms."""
+    await gateway.set_up(dataset)
+    name = f"{spec.name}-overhead-{secrets.token_hex(3)}"
+    await gateway.create_router(
+        name,
+        {
+            "policy": spec.name,
+            "hyperparameters": hyperparameters(spec, cost_weight),
+            "arms": list(dataset.model_names),
+            "reward_range": list(dataset.reward_range),
+        },
+    )
+    prompts = dataset.prompts[: min(50, len(dataset.prompts))]
+    headers = {"Authorization": f"Bearer {gateway.key}"}
+    via: list[float] = []
+    direct: list[float] = []
+    for i in range(pairs + len(prompts)):
+        messages = [{"role": "user", "content": prompts[i % len(prompts)]}]
+        t0 = time.perf_counter()
+        routed = await gateway.client.post(
+            "/v1/chat/completions", json={"model": f"router/{name}", "messages": messages}, headers=headers
+        )
+        t1 = time.perf_counter()
+        _check(routed, "request through the gateway")
+        model = routed.headers["x-banditgate-model"]
+        t2 = time.perf_counter()
+        straight = await gateway.client.post(
+            f"{gateway.backends_url}/{model}/v1/chat/completions", json={"model": model, "messages": messages}
+        )
+        t3 = time.perf_counter()
+        _check(straight, "request straight to the backend")
+        if i >= len(prompts):
+            via.append((t1 - t0) * 1000)
+            direct.append((t3 - t2) * 1000)
+    g, d = float(np.median(via)), float(np.median(direct))
+    return {"pairs": pairs, "gateway_p50_ms": g, "backend_p50_ms": d, "overhead_ms": g - d, "ratio": g / d}
+
+
+def write_plot(results: Sequence[Comparison], path: Path) -> None:
+    """Per policy, reward and cost per seed: offline (circles) against the service (crosses), with the
+    offline mean and its 95% band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(results), 2, figsize=(10, 3.2 * len(results)), squeeze=False)
+    for row, result in zip(axes, results, strict=True):
+        summary = result.summary()
+        for ax, what in zip(row, ("reward", "cost"), strict=True):
+            s = summary[what]
+            x = np.arange(len(result.seeds))
+            ax.axhspan(
+                s["offline_mean"] - s["offline_ci95"], s["offline_mean"] + s["offline_ci95"], alpha=0.2
+            )
+            ax.axhline(s["offline_mean"], lw=1, label="offline mean ± 95%")
+            ax.axhline(s["service_mean"], lw=1, ls="--", color="C3", label="service mean")
+            ax.plot(x, s["offline_per_seed"], "o", label="offline, per seed")
+            ax.plot(x, s["service_per_seed"], "x", color="C3", label="service, per seed")
+            ax.set_xticks(x, [str(seed) for seed in result.seeds])
+            ax.set_xlabel("seed")
+            ax.set_title(f"{result.policy}: mean {what} per round" + (" (USD)" if what == "cost" else ""))
+        row[0].legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+async def _drive(
+    args: argparse.Namespace, dataset: Dataset, embeddings: np.ndarray, url: str, admin: str
+) -> list[Comparison] | dict[str, float]:
+    gateway = Gateway(url, admin, args.backends_url or f"{url}/replay")
+    specs = [parse_spec(text) for text in args.policy]
+    try:
+        if args.overhead:
+            return await measure_overhead(gateway, dataset, specs[0], args.overhead, args.lam)
+        return await compare(
+            gateway,
+            dataset,
+            embeddings,
+            specs,
+            args.horizon,
+            list(range(args.seeds)),
+            args.lam,
+            args.success_threshold,
+            progress=not args.quiet,
+            seeded=not args.unseeded,
+        )
+    finally:
+        await gateway.close()
+
+
+def e2e_main(args: argparse.Namespace) -> int:
+    from bench.run_command import dataset_embeddings
+
+    dataset = load_dataset(args.dataset)
+    for text in args.policy:  # a bad spec fails before minutes of embedding
+        build_from_spec(parse_spec(text), dataset.model_names, 0, args.lam)
+    if args.horizon is None and not args.overhead:
+        raise ValueError("--horizon is required (unless --overhead)")
+    embeddings = (
+        np.empty((0, 0))
+        if args.overhead
+        else dataset_embeddings(dataset, args.embedder, args.cache_dir, progress=not args.quiet)
+    )
+    if args.gateway:
+        if not args.admin_key:
+            raise ValueError("--gateway needs --admin-key")
+        outcome = asyncio.run(_drive(args, dataset, embeddings, args.gateway, args.admin_key))
+    else:
+        with spawn_gateway(Path(args.dataset), args.embedder, len(dataset.model_names)) as (url, admin):
+            outcome = asyncio.run(_drive(args, dataset, embeddings, url, admin))
+    if isinstance(outcome, dict):
+        print(
+            f"{outcome['pairs']} pairs: through the gateway p50 {outcome['gateway_p50_ms']:.1f} ms, straight "
+            f"to the backend p50 {outcome['backend_p50_ms']:.1f} ms, overhead {outcome['overhead_ms']:.1f} ms "
+            f"per request, ratio {outcome['ratio']:.1f}x"
+        )
+        report: dict[str, Any] = {"dataset": str(dataset.path), "policy": args.policy[0], **outcome}
+    else:
+        print(format_comparison(outcome))
+        report = {
+            "dataset": str(dataset.path),
+            "horizon": args.horizon,
+            "seeds": args.seeds,
+            "lambda": args.lam,
+            "embedder": args.embedder,
+            "seeded": not args.unseeded,
+            "policies": [r.summary() for r in outcome],
+        }
+        if args.plot:
+            write_plot(outcome, Path(args.plot))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+    if isinstance(outcome, dict):
+        return 0
+    inside = all(r.summary()[w]["within"] for r in outcome for w in ("reward", "cost"))
+    return 0 if inside else 1
+
+
+def add_subcommand(subparsers: Any) -> None:
+    from bench.run_command import add_replay_arguments
+
+    parser = subparsers.add_parser(
+        "e2e",
+        help="replay policies offline and through a gateway over HTTP on the same draws; compare",
+        description=(
+            "For each policy and seeds 0..S-1: the offline replay (bench run) and the same prompts and reward "
+            "draws through a gateway (route, forward to replay backends, feedback or a judge for cascades). "
+            "Prints each policy's mean reward and cost per round both ways and whether the service lies in "
+            "the offline 95% interval (exit 1 if not). Without --gateway it starts one (SQLite, the "
+            "dataset mounted as replay backends)."
+        ),
+    )
+    add_replay_arguments(parser, seeds=5, horizon_required=False)  # the embedder: the spawned gateway's too
+    parser.add_argument("--gateway", help="a running gateway's URL (default: start one)")
+    parser.add_argument("--admin-key", help="its admin key")
+    parser.add_argument(
+        "--backends-url", help="where the dataset's models are served (default <gateway>/replay)"
+    )
+    parser.add_argument("--json", help="write the comparison here")
+    parser.add_argument("--plot", help="write a PNG of per-seed reward and cost, offline vs service")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument(
+        "--overhead",
+        type=int,
+        default=0,
+        metavar="N",
+        help="instead: N paired requests through a router of the first policy and straight to the replay "
+        "backend it picked; medians and their ratio",
+    )
+    parser.add_argument(
+        "--unseeded",
+        action="store_true",
+        help="requests without 'seed': the gateway draws each decision's randomness from its id, the "
+        "simulator from the policy's own generator (the same policy, not the same coin flips)",
+    )
+    parser.set_defaults(handler=e2e_main)
