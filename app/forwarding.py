@@ -228,9 +228,17 @@ async def settle(
 
 
 async def forward_json(
-    ctx: AppContext, session: AsyncSession, tenant: Tenant, request: RouteRequest, body: dict[str, Any]
+    ctx: AppContext,
+    session: AsyncSession,
+    tenant: Tenant,
+    request: RouteRequest,
+    body: dict[str, Any],
+    route: RouteResponse | None = None,
 ) -> Forwarded:
-    route = await gateway.route(ctx, session, tenant, request)
+    """Route (unless ``route`` is the decision already made), call, settle; an ensemble or a judged
+    cascade when the decision or its router asks for one."""
+    if route is None:
+        route = await gateway.route(ctx, session, tenant, request)
     attempts: list[AttemptRecord] = []
     path = path_for(body)
     if route.mode == "set" and len(route.models) > 1:
@@ -304,6 +312,12 @@ async def _judged_cascade(
         await settle(ctx, session, tenant, route.decision_id, target, step_attempts, cost)
         all_attempts.extend(step_attempts)
     return Forwarded(route, target, payload, sum(s.cost for s in steps), all_attempts, judged=steps)
+
+
+async def _has_judge(session: AsyncSession, route: RouteResponse) -> bool:
+    row = await session.get(DecisionRow, route.decision_id)
+    router = await session.get(Router, row.router_id) if row is not None else None
+    return bool(router is not None and router.judge_url)
 
 
 def call_cost(target: Target, request: RouteRequest, payload: dict[str, Any], path: str) -> float:
@@ -406,11 +420,16 @@ def _rewrite(line: str, target: Target, drop_usage_chunks: bool, seen: dict[str,
 
 async def forward_stream(
     ctx: AppContext, session: AsyncSession, tenant: Tenant, request: RouteRequest, body: dict[str, Any]
-) -> Stream:
+) -> Stream | Forwarded:
     """Open the upstream event stream (with retries and fallbacks before its first byte) and return the
     events to pass through. A client that disconnects cancels the iterator, which closes the upstream
-    response: the backend sees its connection closed."""
+    response: the backend sees its connection closed.
+
+    An ensemble (a ``set`` decision) or a judged cascade needs whole answers before it can answer, so it
+    is run as without ``stream`` and returned as ``Forwarded``; the caller streams that answer."""
     route = await gateway.route(ctx, session, tenant, request)
+    if (route.mode == "set" and len(route.models) > 1) or await _has_judge(session, route):
+        return await forward_json(ctx, session, tenant, request, {**body, "stream": False}, route=route)
     attempts: list[AttemptRecord] = []
     given = body.get("stream_options")
     options: dict[str, Any] = given if isinstance(given, dict) else {}

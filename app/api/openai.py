@@ -9,6 +9,8 @@ for ``POST /feedback``.
 
 from __future__ import annotations
 
+import json
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, HTTPException, status
@@ -68,6 +70,13 @@ async def chat_completions(body: OpenAIBody, ctx: Ctx, session: Session, tenant:
     request = route_request(body, messages=body["messages"])
     if body.get("stream"):
         stream = await forwarding.forward_stream(ctx, session, tenant, request, body)
+        if isinstance(stream, forwarding.Forwarded):  # an ensemble or a judged cascade: answered whole
+            probes.schedule(ctx, tenant, request, stream.route, body, probes.answered_by(stream))
+            payload, headers = merged(stream, "choices")
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            return StreamingResponse(
+                completion_events(payload, include_usage), media_type="text/event-stream", headers=headers
+            )
         probes.schedule(ctx, tenant, request, stream.route, body, [stream.target.name])
         return StreamingResponse(
             stream.events,
@@ -79,14 +88,40 @@ async def chat_completions(body: OpenAIBody, ctx: Ctx, session: Session, tenant:
     return answer(done, "choices")
 
 
+async def completion_events(completion: dict[str, Any], include_usage: bool) -> AsyncIterator[bytes]:
+    """A whole chat completion as the server-sent events of a stream: one ``chat.completion.chunk`` per
+    choice carrying its message as the delta and its finish reason, the usage chunk when the client asked
+    for it (``stream_options.include_usage``), then ``[DONE]``."""
+    base: dict[str, Any] = {
+        k: completion[k] for k in ("id", "created", "model", "system_fingerprint") if k in completion
+    }
+    base["object"] = "chat.completion.chunk"
+    for choice in completion.get("choices") or []:
+        message = choice.get("message") or {}
+        delta = {"role": message.get("role", "assistant"), "content": message.get("content")}
+        item = {"index": choice.get("index", 0), "delta": delta, "finish_reason": choice.get("finish_reason")}
+        if "model" in choice:  # an ensemble member's answer says whose it is
+            item["model"] = choice["model"]
+        yield f"data: {json.dumps({**base, 'choices': [item]})}\n\n".encode()
+    if include_usage and completion.get("usage") is not None:
+        yield f"data: {json.dumps({**base, 'choices': [], 'usage': completion['usage']})}\n\n".encode()
+    yield b"data: [DONE]\n\n"
+
+
 def answer(done: forwarding.Forwarded, items: str) -> JSONResponse:
-    """The backend's answer with ``model`` set to it. An ensemble (a ``set`` decision) answers with every
-    member's ``items`` (chat ``choices`` or image ``data``) in one list, each tagged with its ``model``;
-    ``model`` and ``x-banditgate-model`` list the members that answered, the cost is their sum."""
+    """The backend's answer with ``model`` set to it (see ``merged``)."""
+    payload, headers = merged(done, items)
+    return JSONResponse(payload, headers=headers)
+
+
+def merged(done: forwarding.Forwarded, items: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """(payload, headers) of an answer. An ensemble (a ``set`` decision) answers with every member's
+    ``items`` (chat ``choices`` or image ``data``) in one list, each tagged with its ``model``; ``model``
+    and ``x-banditgate-model`` list the members that answered, the cost is their sum."""
     if done.members is None:
         payload = {**done.payload, "model": done.target.name}
-        return JSONResponse(payload, headers=_headers(done.route, done.target.name, done.cost))
-    merged: list[Any] = []
+        return payload, _headers(done.route, done.target.name, done.cost)
+    items_out: list[Any] = []
     names: list[str] = []
     for member in done.members:
         if member.payload is None:
@@ -95,12 +130,11 @@ def answer(done: forwarding.Forwarded, items: str) -> JSONResponse:
         for item in member.payload.get(items) or []:
             tagged = {**item, "model": member.backend} if isinstance(item, dict) else item
             if items == "choices" and isinstance(tagged, dict):
-                tagged["index"] = len(merged)
-            merged.append(tagged)
+                tagged["index"] = len(items_out)
+            items_out.append(tagged)
     model = ",".join(names)
     cost = sum(m.cost or 0.0 for m in done.members)
-    payload = {**done.payload, items: merged, "model": model}
-    return JSONResponse(payload, headers=_headers(done.route, model, cost))
+    return {**done.payload, items: items_out, "model": model}, _headers(done.route, model, cost)
 
 
 @router.post("/images/generations", response_model=None)

@@ -464,6 +464,18 @@ async def test_a_set_decision_is_an_ensemble(
             [(good, "ok"), (plain, "ok"), (broken, "http_error"), (broken, "http_error")]
         )
 
+        # Streamed, the ensemble's answers come as one chunk each, tagged with the member's model.
+        raw_stream = await llm.chat.completions.with_raw_response.create(
+            model="router", messages=[{"role": "user", "content": PROMPT}], stream=True
+        )
+        assert raw_stream.headers["x-banditgate-model"] == f"{good},{plain}"
+        chunks = [chunk async for chunk in raw_stream.parse()]
+        assert [(c.choices[0].index, c.choices[0].delta.content) for c in chunks] == [
+            (0, "answer from ok"),
+            (1, "answer from nousage"),
+        ]
+        assert [c.choices[0].model_extra["model"] for c in chunks] == [good, plain]
+
         body = {"forward": True, "request": {"messages": [{"role": "user", "content": PROMPT}]}}
         routed = (await client.post("/route", json=body, headers=bearer(key))).json()
         members = {m["backend"]: m for m in routed["ensemble"]}

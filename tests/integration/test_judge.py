@@ -17,6 +17,7 @@ from tests.integration.test_forwarding import (
     add_tenant,
     events_of,
     gateway_app,
+    openai_client,
     prefer,
 )
 from tests.served import served
@@ -107,3 +108,41 @@ async def test_a_failing_judge_returns_the_answer_as_it_is(sqlite_url: str, fake
             f"/admin/tenants/{tenant}/routers/main", json={"judge_url": "ftp://nope"}, headers=admin_headers()
         )
         assert bad.status_code == 422
+
+
+async def test_a_streamed_request_gets_the_judged_cascades_accepted_answer(
+    stack: Stack, fake: FakeBackends
+) -> None:
+    """A judged cascade needs whole answers to judge: with ``stream: true`` the gateway runs it and streams
+    the accepted answer (the openai client reads it as any stream), every step's cost recorded."""
+    app = gateway_app(stack)
+    seen: list[dict[str, Any]] = []
+    async with served(judge_app([], seen)) as judge, running(app) as client:
+        first, second = await add_backend(client, fake, "nousage"), await add_backend(client, fake, "ok")
+        key = await add_tenant(client, [first, second])
+        tenant = (await client.get("/admin/tenants", headers=admin_headers())).json()[-1]["name"]
+        patch = {"judge_url": f"{judge}/judge", "judge_threshold": 0.5}
+        await client.patch(f"/admin/tenants/{tenant}/routers/main", json=patch, headers=admin_headers())
+        await prefer(client, key, first)
+        seen.clear()
+        raw = await openai_client(app, key).chat.completions.with_raw_response.create(
+            model="router",
+            messages=[{"role": "user", "content": PROMPT}],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        assert raw.headers["content-type"].startswith("text/event-stream")
+        chunks = [chunk async for chunk in raw.parse()]
+        # the judge fails both: the cascade ends on the last model it called, whose answer is streamed
+        assert [b["model"] for b in seen] == [first, second]
+        assert raw.headers["x-banditgate-model"] == second and chunks[0].model == second
+        assert chunks[0].choices[0].delta.content == "answer from ok"
+        assert chunks[0].choices[0].finish_reason == "stop"
+        assert chunks[-1].choices == [] and chunks[-1].usage is not None
+        events = await events_of(app, raw.headers["x-banditgate-decision-id"])
+        assert [(e.model, e.kind, e.reward) for e in events] == [
+            (first, "cost", None),
+            (first, "cascade-step", 0.0),
+            (second, "cost", None),
+            (second, "cascade-step", 0.0),
+        ]
