@@ -77,7 +77,7 @@ async def open_context(settings: Settings) -> AppContext:
 
 async def close_context(ctx: AppContext) -> None:
     if ctx.probes is not None:
-        await ctx.probes.close()
+        await ctx.probes.close(ctx.settings.probe_shutdown_grace_s)
     if ctx.compaction is not None:
         await ctx.compaction.close()
     await ctx.bus.close()

@@ -44,7 +44,11 @@ class ProbeRunner:
         while self.tasks:
             await asyncio.gather(*list(self.tasks), return_exceptions=True)
 
-    async def close(self) -> None:
+    async def close(self, grace_s: float = 0.0) -> None:
+        """Let running probes finish for up to ``grace_s`` (a rolling restart keeps their answers), then
+        cancel what is left."""
+        if self.tasks and grace_s > 0:
+            await asyncio.wait(list(self.tasks), timeout=grace_s)
         for task in list(self.tasks):
             task.cancel()
         await asyncio.gather(*list(self.tasks), return_exceptions=True)

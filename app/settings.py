@@ -86,6 +86,9 @@ class Settings(BaseSettings):
     probe_concurrency: int = Field(
         4, gt=0, description="active-learning probe calls (balrog's decision.query) one process runs at once"
     )
+    probe_shutdown_grace_s: float = Field(
+        10.0, ge=0, description="on shutdown, how long running probes may finish before they are cancelled"
+    )
     embed_batch_max: int = Field(64, gt=0, description="embedding worker: largest batch")
     embed_batch_wait_ms: float = Field(
         5.0, ge=0, description="embedding worker: longest wait for a batch to fill"

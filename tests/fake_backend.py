@@ -125,6 +125,11 @@ class FakeBackends:
             await asyncio.sleep(3600)
         elif kind == "close":
             return
+        elif kind == "delay":  # answers normally after ``arg`` seconds
+            await asyncio.sleep(float(arg))
+            await self._send(
+                writer, 200, json.dumps(self.completion(behaviour, body)).encode(), "application/json"
+            )
         elif kind == "garbage":
             await self._send(writer, 200, b"<html>not json at all", "application/json")
         elif kind == "status":

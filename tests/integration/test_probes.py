@@ -168,3 +168,22 @@ async def test_streamed_chat_probes_without_stream(stack: Stack, fake: FakeBacke
         assert len(probe_calls) == 1 and "stream" not in probe_calls[0].body
         listed = (await client.get("/feedback/pending", headers=bearer(key))).json()["probes"]
         assert [(p["model"], p["answer"]) for p in listed] == [(other, "answer from ok")]
+
+
+async def test_shutdown_lets_running_probes_finish(stack: Stack, fake: FakeBackends) -> None:  # noqa: F811
+    """A process that stops (a rolling restart) waits up to probe_shutdown_grace_s for its probes: the slow
+    probe's answer is stored and listed by the next process; with no grace it is cancelled and lost."""
+    for grace, kept in ((5.0, True), (0.0, False)):
+        app = gateway_app(stack, probe_shutdown_grace_s=grace)
+        async with running(app) as client:
+            arms = [await add_backend(client, fake, "delay-0.3", timeout_s=5) for _ in range(2)]
+            key = await balrog_tenant(client, arms)
+            response = await client.post("/route", json=forward_body(unique("prompt")), headers=bearer(key))
+            assert response.status_code == 200, response.text
+            decision_id, probed = response.json()["decision_id"], response.json()["query"]
+            assert len(probed) == 1 and probed[0] != response.json()["backend"]
+        again = gateway_app(stack)
+        async with running(again) as client:
+            pending = (await client.get("/feedback/pending", headers=bearer(key))).json()["probes"]
+            mine = [(p["model"], p["answer"]) for p in pending if p["decision_id"] == decision_id]
+            assert mine == ([(probed[0], "answer from delay-0.3")] if kept else [])
