@@ -16,7 +16,7 @@ import asyncio
 import json
 import logging
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -128,15 +128,17 @@ async def _call(
     path: str,
     attempts: list[AttemptRecord],
     stream: bool,
+    called: Sequence[str] = (),
 ) -> tuple[Target, dict[str, Any] | httpx.Response]:
-    """Call the decision's model, then the policy's next choices; raise the gateway's 502/504."""
+    """Call the decision's model, then the policy's next choices (never one of ``called``, the models a
+    cascade already called for this decision); raise the gateway's 502/504."""
     if route.model is None:
         raise HTTPException(
             status.HTTP_503_SERVICE_UNAVAILABLE,
             f"router {route.router!r} declined to choose a model (decision {route.decision_id})",
             headers={DECLINED_HEADER: "true", "x-banditgate-decision-id": route.decision_id},
         )
-    tried: list[str] = []
+    tried: list[str] = list(called)
     failures: list[BackendFailure] = []
     model: str | None = route.model
     while model is not None:
@@ -149,7 +151,7 @@ async def _call(
             return target, await ctx.backends.call_json(target, path, body, attempts)
         except BackendFailure as exc:
             failures.append(exc)
-        if len(tried) > ctx.settings.forward_max_fallbacks:
+        if len(failures) > ctx.settings.forward_max_fallbacks:
             break
         model = await next_model(ctx, session, route.decision_id, request, tried)
     await save_attempts(session, route.decision_id, attempts)
@@ -300,8 +302,9 @@ async def _judged_cascade(
         step_route = route.model_copy(update={"model": following.model, "models": [following.model]})
         step_attempts: list[AttemptRecord] = []
         try:
+            called = [step.model for step in steps]
             target, answer = await _call(
-                ctx, session, request, step_route, body, CHAT_PATH, step_attempts, False
+                ctx, session, request, step_route, body, CHAT_PATH, step_attempts, False, called
             )
         except HTTPException:  # the next backend failed: return the last answer that came back
             all_attempts.extend(step_attempts)

@@ -146,3 +146,34 @@ async def test_a_streamed_request_gets_the_judged_cascades_accepted_answer(
             (second, "cost", None),
             (second, "cascade-step", 0.0),
         ]
+
+
+async def test_a_failed_backend_mid_cascade_falls_back_to_an_untried_model(
+    stack: Stack, fake: FakeBackends
+) -> None:
+    """The judge fails the first answer; the policy's next model is down; the fallback skips the model the
+    cascade already called and goes to the third, whose answer passes."""
+    app = gateway_app(stack)
+    seen: list[dict[str, Any]] = []
+    passing: list[str] = []
+    async with served(judge_app(passing, seen)) as judge, running(app) as client:
+        first = await add_backend(client, fake, "ok")
+        down = await add_backend(client, fake, "status-500")
+        third = await add_backend(client, fake, "nousage")
+        key = await add_tenant(client, [first, down, third])
+        tenant = (await client.get("/admin/tenants", headers=admin_headers())).json()[-1]["name"]
+        patch = {"judge_url": f"{judge}/judge"}
+        await client.patch(f"/admin/tenants/{tenant}/routers/main", json=patch, headers=admin_headers())
+        for arm, reward in ((first, 1.0), (down, 0.8), (third, 0.5)):  # greedy order: first, down, third
+            routed = await client.post(
+                "/route", json={"prompt": PROMPT, "candidates": [arm]}, headers=bearer(key)
+            )
+            feedback = {"decision_id": routed.json()["decision_id"], "reward": reward}
+            assert (await client.post("/feedback", json=feedback, headers=bearer(key))).status_code == 202
+        passing.append(third)
+        body = {"model": "router", "messages": [{"role": "user", "content": PROMPT}]}
+        response = await client.post("/v1/chat/completions", json=body, headers=bearer(key))
+        assert response.status_code == 200, response.text
+        assert [b["model"] for b in seen] == [first, third]
+        assert response.headers["x-banditgate-model"] == third
+        assert response.json()["choices"][0]["message"]["content"] == "answer from nousage"
