@@ -127,11 +127,19 @@ class Judge:
 async def serving(app: Any) -> AsyncIterator[str]:
     """An ASGI app under uvicorn on 127.0.0.1 (a free port) on this event loop; yields its base URL."""
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="warning", timeout_graceful_shutdown=5
+    )
+    server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
+    deadline = time.monotonic() + 60
     while not server.started:
         if task.done():
             task.result()  # it failed to start: raise why
+            raise ServiceError(f"the server on port {port} stopped before it started")
+        if time.monotonic() > deadline:
+            task.cancel()
+            raise ServiceError(f"the server on port {port} did not start in 60 s")
         await asyncio.sleep(0.02)
     try:
         yield f"http://127.0.0.1:{port}"
@@ -311,6 +319,7 @@ class Comparison:
     service_cost: list[float]
     service_calls: list[float]  # mean backend calls per round (cascade steps), per seed
     service_wall_s: float
+    rounds_differing: int  # rounds whose reward through the gateway differs from the simulator's
     declined: int
     models: dict[str, int]
     horizon: int
@@ -332,6 +341,8 @@ class Comparison:
             }
         out["service_ms_per_round"] = self.service_wall_s * 1000 / max(1, len(self.seeds) * self.horizon)
         out["service_calls_per_round"] = float(np.mean(self.service_calls))
+        out["rounds_differing"] = self.rounds_differing
+        out["rounds"] = len(self.seeds) * self.horizon
         out["declined"] = self.declined
         out["models"] = self.models
         return out
@@ -417,6 +428,9 @@ async def compare(
                 service_cost=[float(r.cost.mean()) for r in runs],
                 service_calls=[float(r.calls.mean()) for r in runs],
                 service_wall_s=sum(r.wall_s for r in runs),
+                rounds_differing=sum(
+                    int(np.count_nonzero(r.reward != t.reward)) for r, t in zip(runs, traces, strict=True)
+                ),
                 declined=sum(r.declined for r in runs),
                 models=models,
                 horizon=horizon,
@@ -482,7 +496,9 @@ def format_comparison(results: Sequence[Comparison]) -> str:
                 f"  {fmt.format(s['service_mean'])} {verdict:<8} {pairs}"
             )
         lines.append(
-            f"{'':<17} service {summary['service_ms_per_round']:.1f} ms per round, declined "
+            f"{'':<17} service {summary['service_ms_per_round']:.1f} ms per round, "
+            f"{summary['service_calls_per_round']:.2f} calls per round, {summary['rounds_differing']} of "
+            f"{summary['rounds']} rounds with another reward than offline, declined "
             f"{summary['declined']}, answered by {summary['models']}"
         )
     return "\n".join(lines)

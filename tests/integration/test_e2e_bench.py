@@ -57,7 +57,8 @@ async def test_service_matches_the_offline_replay(pg_stack: Stack, mmlu300: Path
     for result in results:
         summary = result.summary()
         # Same prompts, reward draws, embeddings, cost estimates and seeded decision randomness: the
-        # service makes the simulator's decisions round for round, so each seed's mean reward is equal.
+        # service makes the simulator's decisions round for round: every round's reward is the same.
+        assert result.rounds_differing == 0, result.policy
         assert result.service_reward == result.offline_reward, result.policy
         # The replay backend reports whole tokens where the bench charges characters / 4.
         np.testing.assert_allclose(result.service_cost, result.offline_cost, rtol=1e-3)
