@@ -19,7 +19,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "bench.convert_routellm",
     "bench.synthetic",
     "bench.mixture",
-    "bench.e2e",
+    "bench.e2e_command",
 )
 
 

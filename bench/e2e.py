@@ -31,24 +31,21 @@ message text itself, one at a time; the bench embeds in batches, which can move 
 last digits) and the charged cost (the replay backend reports whole tokens, the bench charges
 characters / 4).
 
-This module talks to the gateway over HTTP only; it imports nothing from ``app/``. Starting a gateway
-(``spawn_gateway``) runs ``python -m app.cli serve`` as a child process.
+This module talks to the gateway over HTTP only; it imports nothing from ``app/``. Its command line is
+``bench.e2e_command``. Starting a gateway (``spawn_gateway``) runs ``python -m app.cli serve`` as a
+child process.
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import contextlib
-import json
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -56,7 +53,6 @@ from typing import Any
 
 import httpx
 import numpy as np
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -64,9 +60,10 @@ from starlette.routing import Route
 from tqdm import tqdm
 
 from bench.arm_schedule import build_schedule
-from bench.dataset import Dataset, load_dataset
+from bench.dataset import Dataset
+from bench.local_server import free_port, serving
 from bench.metrics import ci95
-from bench.policy_spec import PolicySpec, build_from_spec, hyperparameters, parse_spec
+from bench.policy_spec import PolicySpec, build_from_spec, hyperparameters
 from bench.replay_env import ReplayEnv, SeedDraws
 from bench.trace import Trace
 from routers.base import Context, decision_rng
@@ -121,37 +118,6 @@ class Judge:
         score = float(play.rewards[int(column)])
         play.scored.append((str(body["model"]), score))
         return JSONResponse({"score": score})
-
-
-@contextlib.asynccontextmanager
-async def serving(app: Any) -> AsyncIterator[str]:
-    """An ASGI app under uvicorn on 127.0.0.1 (a free port) on this event loop; yields its base URL."""
-    port = free_port()
-    config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, log_level="warning", timeout_graceful_shutdown=5
-    )
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-    deadline = time.monotonic() + 60
-    while not server.started:
-        if task.done():
-            task.result()  # it failed to start: raise why
-            raise ServiceError(f"the server on port {port} stopped before it started")
-        if time.monotonic() > deadline:
-            task.cancel()
-            raise ServiceError(f"the server on port {port} did not start in 60 s")
-        await asyncio.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def plays_cascade(spec: PolicySpec, dataset: Dataset, embeddings: np.ndarray, cost_weight: float) -> bool:
@@ -478,32 +444,6 @@ def spawn_gateway(dataset_dir: Path, embedder: str, max_steps: int) -> Iterator[
         server.wait(30)
 
 
-def format_comparison(results: Sequence[Comparison]) -> str:
-    lines = [
-        "policy            what    offline mean ± 95%        service mean    per seed (offline / service)",
-    ]
-    for result in results:
-        summary = result.summary()
-        for what, fmt in (("reward", "{:.4f}"), ("cost", "{:.6f}")):
-            s = summary[what]
-            pairs = "  ".join(
-                f"{fmt.format(o)}/{fmt.format(v)}"
-                for o, v in zip(s["offline_per_seed"], s["service_per_seed"], strict=True)
-            )
-            verdict = "inside" if s["within"] else "OUTSIDE"
-            lines.append(
-                f"{result.policy:<17} {what:<7} {fmt.format(s['offline_mean'])} ± {fmt.format(s['offline_ci95'])}"
-                f"  {fmt.format(s['service_mean'])} {verdict:<8} {pairs}"
-            )
-        lines.append(
-            f"{'':<17} service {summary['service_ms_per_round']:.1f} ms per round, "
-            f"{summary['service_calls_per_round']:.2f} calls per round, {summary['rounds_differing']} of "
-            f"{summary['rounds']} rounds with another reward than offline, declined "
-            f"{summary['declined']}, answered by {summary['models']}"
-        )
-    return "\n".join(lines)
-
-
 async def measure_overhead(
     gateway: Gateway, dataset: Dataset, spec: PolicySpec, pairs: int, cost_weight: float
 ) -> dict[str, float]:
@@ -546,147 +486,3 @@ async def measure_overhead(
             direct.append((t3 - t2) * 1000)
     g, d = float(np.median(via)), float(np.median(direct))
     return {"pairs": pairs, "gateway_p50_ms": g, "backend_p50_ms": d, "overhead_ms": g - d, "ratio": g / d}
-
-
-def write_plot(results: Sequence[Comparison], path: Path) -> None:
-    """Per policy, reward and cost per seed: offline (circles) against the service (crosses), with the
-    offline mean and its 95% band."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(len(results), 2, figsize=(10, 3.2 * len(results)), squeeze=False)
-    for row, result in zip(axes, results, strict=True):
-        summary = result.summary()
-        for ax, what in zip(row, ("reward", "cost"), strict=True):
-            s = summary[what]
-            x = np.arange(len(result.seeds))
-            ax.axhspan(
-                s["offline_mean"] - s["offline_ci95"], s["offline_mean"] + s["offline_ci95"], alpha=0.2
-            )
-            ax.axhline(s["offline_mean"], lw=1, label="offline mean ± 95%")
-            ax.axhline(s["service_mean"], lw=1, ls="--", color="C3", label="service mean")
-            ax.plot(x, s["offline_per_seed"], "o", label="offline, per seed")
-            ax.plot(x, s["service_per_seed"], "x", color="C3", label="service, per seed")
-            ax.set_xticks(x, [str(seed) for seed in result.seeds])
-            ax.set_xlabel("seed")
-            ax.set_title(f"{result.policy}: mean {what} per round" + (" (USD)" if what == "cost" else ""))
-        row[0].legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-async def _drive(
-    args: argparse.Namespace, dataset: Dataset, embeddings: np.ndarray, url: str, admin: str
-) -> list[Comparison] | dict[str, float]:
-    gateway = Gateway(url, admin, args.backends_url or f"{url}/replay")
-    specs = [parse_spec(text) for text in args.policy]
-    try:
-        if args.overhead:
-            return await measure_overhead(gateway, dataset, specs[0], args.overhead, args.lam)
-        return await compare(
-            gateway,
-            dataset,
-            embeddings,
-            specs,
-            args.horizon,
-            list(range(args.seeds)),
-            args.lam,
-            args.success_threshold,
-            progress=not args.quiet,
-            seeded=not args.unseeded,
-        )
-    finally:
-        await gateway.close()
-
-
-def e2e_main(args: argparse.Namespace) -> int:
-    from bench.run_command import dataset_embeddings
-
-    dataset = load_dataset(args.dataset)
-    for text in args.policy:  # a bad spec fails before minutes of embedding
-        build_from_spec(parse_spec(text), dataset.model_names, 0, args.lam)
-    if args.horizon is None and not args.overhead:
-        raise ValueError("--horizon is required (unless --overhead)")
-    embeddings = (
-        np.empty((0, 0))
-        if args.overhead
-        else dataset_embeddings(dataset, args.embedder, args.cache_dir, progress=not args.quiet)
-    )
-    if args.gateway:
-        if not args.admin_key:
-            raise ValueError("--gateway needs --admin-key")
-        outcome = asyncio.run(_drive(args, dataset, embeddings, args.gateway, args.admin_key))
-    else:
-        with spawn_gateway(Path(args.dataset), args.embedder, len(dataset.model_names)) as (url, admin):
-            outcome = asyncio.run(_drive(args, dataset, embeddings, url, admin))
-    if isinstance(outcome, dict):
-        print(
-            f"{outcome['pairs']} pairs: through the gateway p50 {outcome['gateway_p50_ms']:.1f} ms, straight "
-            f"to the backend p50 {outcome['backend_p50_ms']:.1f} ms, overhead {outcome['overhead_ms']:.1f} ms "
-            f"per request, ratio {outcome['ratio']:.1f}x"
-        )
-        report: dict[str, Any] = {"dataset": str(dataset.path), "policy": args.policy[0], **outcome}
-    else:
-        print(format_comparison(outcome))
-        report = {
-            "dataset": str(dataset.path),
-            "horizon": args.horizon,
-            "seeds": args.seeds,
-            "lambda": args.lam,
-            "embedder": args.embedder,
-            "seeded": not args.unseeded,
-            "policies": [r.summary() for r in outcome],
-        }
-        if args.plot:
-            write_plot(outcome, Path(args.plot))
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
-    if isinstance(outcome, dict):
-        return 0
-    inside = all(r.summary()[w]["within"] for r in outcome for w in ("reward", "cost"))
-    return 0 if inside else 1
-
-
-def add_subcommand(subparsers: Any) -> None:
-    from bench.run_command import add_replay_arguments
-
-    parser = subparsers.add_parser(
-        "e2e",
-        help="replay policies offline and through a gateway over HTTP on the same draws; compare",
-        description=(
-            "For each policy and seeds 0..S-1: the offline replay (bench run) and the same prompts and reward "
-            "draws through a gateway (route, forward to replay backends, feedback or a judge for cascades). "
-            "Prints each policy's mean reward and cost per round both ways and whether the service lies in "
-            "the offline 95% interval (exit 1 if not). Without --gateway it starts one (SQLite, the "
-            "dataset mounted as replay backends)."
-        ),
-    )
-    add_replay_arguments(parser, seeds=5, horizon_required=False)  # the embedder: the spawned gateway's too
-    parser.add_argument("--gateway", help="a running gateway's URL (default: start one)")
-    parser.add_argument("--admin-key", help="its admin key")
-    parser.add_argument(
-        "--backends-url", help="where the dataset's models are served (default <gateway>/replay)"
-    )
-    parser.add_argument("--json", help="write the comparison here")
-    parser.add_argument("--plot", help="write a PNG of per-seed reward and cost, offline vs service")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
-    parser.add_argument(
-        "--overhead",
-        type=int,
-        default=0,
-        metavar="N",
-        help="instead: N paired requests through a router of the first policy and straight to the replay "
-        "backend it picked; medians and their ratio",
-    )
-    parser.add_argument(
-        "--unseeded",
-        action="store_true",
-        help="requests without 'seed': the gateway draws each decision's randomness from its id, the "
-        "simulator from the policy's own generator (the same policy, not the same coin flips)",
-    )
-    parser.set_defaults(handler=e2e_main)
