@@ -22,7 +22,7 @@ from app.context import AppContext
 from app.events import FeedbackMessage
 from app.jsonable import jsonable
 from app.schemas import FeedbackAccepted, FeedbackRequest, RouteRequest, RouteResponse
-from app.store.models import Backend, DecisionRow, FeedbackEvent, Probe, Router, Tenant
+from app.store.models import Backend, DecisionRow, FeedbackEvent, Probe, Router, RouterCounter, Tenant
 from routers.base import Context
 from routers.base import decision_rng as keyed_rng
 
@@ -92,14 +92,23 @@ async def route(
         embedding, digest = await ctx.embeddings.embed(text)
     costs = await expected_costs(session, arms, len(text))
     runtime = await ctx.states.get(router)
+    decisions_before, query_rounds_before = await count_decision(session, router.id)
     decision_id = uuid.uuid4().hex
     context = Context(
         embedding=embedding,
         arms=request.candidates,
         costs=costs,
         rng=decision_rng(router.seed, decision_id, request.seed),
+        decisions_before=decisions_before,
+        query_rounds_before=query_rounds_before,
     )
     decision = runtime.policy.select(context)
+    if decision.query:
+        await session.execute(
+            update(RouterCounter)
+            .where(RouterCounter.router_id == router.id)
+            .values(query_rounds=RouterCounter.query_rounds + 1)
+        )
     scores = jsonable(decision.scores)
     info = jsonable(decision.info)
     session.add(
@@ -137,6 +146,22 @@ async def route(
         query=list(decision.query),
         info=info,
     )
+
+
+async def count_decision(session: AsyncSession, router_id: int) -> tuple[int, int]:
+    """Count one more decision of the router (``router_counters``) and return (decisions, query rounds)
+    before it. Committed at once, so the counter row is locked for this statement only."""
+    dialect = session.bind.dialect.name if session.bind is not None else "postgresql"
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    statement = (
+        insert(RouterCounter)
+        .values(router_id=router_id, decisions=1, query_rounds=0)
+        .on_conflict_do_update(index_elements=["router_id"], set_={"decisions": RouterCounter.decisions + 1})
+        .returning(RouterCounter.decisions, RouterCounter.query_rounds)
+    )
+    decisions, query_rounds = (await session.execute(statement)).one()
+    await session.commit()
+    return int(decisions) - 1, int(query_rounds)
 
 
 def _insert_ignoring_duplicate(session: AsyncSession, values: dict[str, object]):  # type: ignore[no-untyped-def]

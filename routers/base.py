@@ -43,6 +43,12 @@ class Context:
     estimated tokens), for cost-aware policies. ``tried`` lists models already called for this prompt in
     an adaptive cascade (they must not be chosen again). ``constraints`` carries per-request limits (for
     example ``max_calls``).
+
+    ``decisions_before`` and ``query_rounds_before``: how many decisions, and query rounds among them, the
+    caller's log holds for this router since its state was last reset or imported, this one not counted
+    (the gateway's ``router_counters``). A policy that counts its own selects (kNN-UCB's round t, BALROG's
+    query budget) takes its counts from them when given, so they survive restarts and replicas agree;
+    None (the simulator) means the policy counts its own selects.
     """
 
     embedding: np.ndarray
@@ -51,6 +57,8 @@ class Context:
     tried: Sequence[str] = ()
     constraints: Mapping[str, Any] = field(default_factory=dict)
     rng: np.random.Generator | None = None
+    decisions_before: int | None = None
+    query_rounds_before: int | None = None
 
 
 @dataclass

@@ -224,6 +224,7 @@ class KnnUCB(PolicyBase):
             "dim": dim,
         }
         self.t = 0  # rounds selected so far (select increments it first: the current round's t)
+        self._t_base = 0  # t of the loaded state: the gateway's round is this plus its decision count
         self.variogram = Variogram()  # pooled over arms
         self._arm_vario: dict[str, Variogram] = {}
         self._stores: dict[str, ArmNeighbors] = {}
@@ -310,7 +311,8 @@ class KnnUCB(PolicyBase):
         arms = candidate_arms(self._arms, context)
         if not arms:
             return Decision(arms=[], info={"reason": "no candidate arm"})
-        self.t += 1
+        before = context.decisions_before
+        self.t = self.t + 1 if before is None else self._t_base + before + 1
         rng = self._rng(context)
         scores: dict[str, dict[str, float]] = {}
         choices: dict[str, KChoice | None] = {}
@@ -320,7 +322,7 @@ class KnnUCB(PolicyBase):
         index = np.array([scores[a]["index"] for a in arms])
         chosen = arms[argmax_random_tie(index, rng)]
         info: dict[str, Any] = {"t": self.t}
-        query = self._query(arms, chosen, scores, choices, rng, info)
+        query = self._query(arms, chosen, scores, choices, rng, info, context.query_rounds_before)
         return Decision(arms=[chosen], scores=scores, query=query, info=info)
 
     def _query(
@@ -331,6 +333,7 @@ class KnnUCB(PolicyBase):
         choices: Mapping[str, KChoice | None],
         rng: np.random.Generator,
         info: dict[str, Any],
+        query_rounds_before: int | None = None,
     ) -> list[str]:
         return []
 
@@ -397,7 +400,7 @@ class KnnUCB(PolicyBase):
         }
 
     def _load(self, learned: Mapping[str, Any]) -> None:
-        self.t = int(learned.get("t", 0))
+        self.t = self._t_base = int(learned.get("t", 0))
         if "variogram" in learned:
             self.variogram.sums = np.asarray(learned["variogram"], dtype=np.float64).copy()
             self.variogram.rewards = np.asarray(learned["reward_sums"], dtype=np.float64).copy()
@@ -509,6 +512,7 @@ class Balrog(KnnUCB):
         self.calib = int(q["calib"])
         self.query_k: int | None = q["query_k"]
         self.queries = 0
+        self._queries_base = 0  # queries of the loaded state: the gateway's count is this plus its log's
         self._values: list[float] = []  # recent trigger values, oldest first
 
     def cap(self) -> int | None:
@@ -574,8 +578,12 @@ class Balrog(KnnUCB):
         choices: Mapping[str, KChoice | None],
         rng: np.random.Generator,
         info: dict[str, Any],
+        query_rounds_before: int | None = None,
     ) -> list[str]:
-        """Select-then-query (Remark 5.1): decide Q(x_t) with g_t already fixed; consume the budget now."""
+        """Select-then-query (Remark 5.1): decide Q(x_t) with g_t already fixed; consume the budget now.
+        With ``query_rounds_before`` (the gateway's count) the budget spent is the loaded state's plus it."""
+        if query_rounds_before is not None:
+            self.queries = self._queries_base + query_rounds_before
         value = self.trigger_value(scores, chosen, choices)
         fire = self.fires(value, rng) if self.budget_left() else False
         if value is not None and math.isfinite(value):
@@ -601,7 +609,7 @@ class Balrog(KnnUCB):
 
     def _load(self, learned: Mapping[str, Any]) -> None:
         super()._load(learned)
-        self.queries = int(learned.get("queries", 0))
+        self.queries = self._queries_base = int(learned.get("queries", 0))
         self._values = [float(v) for v in np.asarray(learned.get("trigger_values", []), dtype=np.float64)]
 
 

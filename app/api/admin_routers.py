@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, status
-from sqlalchemy import select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
 
 from app.api.admin_tenants import get_tenant
@@ -17,7 +17,7 @@ from app.jsonable import jsonable
 from app.schemas import RouterCreate, RouterOut, RouterStateImport, RouterStateOut, RouterUpdate
 from app.state import fresh_policy
 from app.store.eventlog import max_event_id, snapshot_row
-from app.store.models import Backend, Router, Tenant
+from app.store.models import Backend, Router, RouterCounter, Tenant
 from routers.base import PolicyConfigError, decode_state, encode_state
 from routers.registry import build_policy, restore_policy
 
@@ -190,6 +190,8 @@ async def export_state(tenant: str, name: str, ctx: Ctx, session: Session) -> Ro
 async def _replace_state(ctx: Ctx, session: Session, row: Router, kind: str, state: bytes) -> None:
     watermark = await max_event_id(session, row.id)
     session.add(snapshot_row(row, kind, watermark, 0, state))
+    # the new state carries its own counts (t, queries); the gateway's count starts again from it
+    await session.execute(delete(RouterCounter).where(RouterCounter.router_id == row.id))
     row.version += 1
     await session.commit()
     await announce(ctx, row)

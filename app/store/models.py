@@ -94,6 +94,19 @@ class Router(Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
 
 
+class RouterCounter(Base):
+    """How many decisions a router made, and how many of them were query rounds, since its state was last
+    reset or imported. Policies that count their own selects (kNN-UCB's t, BALROG's query budget) get
+    these through ``Context``, so the counts survive restarts and are shared by replicas."""
+
+    __tablename__ = "router_counters"
+    router_id: Mapped[int] = mapped_column(
+        BigId, ForeignKey("routers.id", ondelete="CASCADE"), primary_key=True
+    )
+    decisions: Mapped[int] = mapped_column(BigInteger, default=0)
+    query_rounds: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
 class DecisionRow(Base):
     __tablename__ = "decisions"
     __table_args__ = (Index("ix_decisions_router_created", "router_id", "created_at"),)

@@ -186,3 +186,22 @@ def test_state_round_trip_reproduces_selections_and_queries() -> None:
     assert isinstance(restored, Balrog) and restored.queries == policy.queries
     assert _play(policy, 60, seed=2) == _play(restored, 60, seed=2)
     assert math.isfinite(restored.t) and restored.t == policy.t
+
+
+def test_the_callers_counts_set_t_and_the_spent_budget() -> None:
+    """With ``Context.decisions_before`` / ``query_rounds_before`` (the gateway's log) the round t and
+    the budget spent are the loaded state's plus those counts, whatever this object selected before."""
+    policy = Balrog(arms=["a", "b"], trigger="warm", max_queries=3)
+    x = np.array([1.0, 0.0, 0.0], dtype=np.float32)
+    d = policy.select(Context(embedding=x, decisions_before=41, query_rounds_before=2))
+    assert d.info["t"] == 42 and d.query and d.info["queries"] == 3
+    d = policy.select(Context(embedding=x, decisions_before=42, query_rounds_before=3))
+    assert d.info["t"] == 43 and d.query == [] and d.info["queries"] == 3  # the cap of 3 is spent
+    # a state taken at t = 43 and 3 queries (an export) is the base the counts add to after an import
+    restored = restore_policy(decode_state(encode_state(policy.state_dict())))
+    d = restored.select(Context(embedding=x, decisions_before=0, query_rounds_before=0))
+    assert d.info["t"] == 44 and d.query == []
+    # without the counts the policy counts its own selects (the simulator)
+    fresh = Balrog(arms=["a", "b"], trigger="warm", max_queries=1)
+    assert [fresh.select(Context(embedding=x)).info["t"] for _ in range(3)] == [1, 2, 3]
+    assert fresh.queries == 1

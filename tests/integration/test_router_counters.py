@@ -1,0 +1,31 @@
+"""Select-time counts live in the database (``router_counters``): kNN-UCB's round t and BALROG's query
+budget continue across a restart, are shared by replicas, and start again after a reset."""
+
+from __future__ import annotations
+
+from app.main import create_app
+from tests.conftest import Stack, admin_headers, bearer, make_tenancy, running
+
+CAPPED = {"trigger": "warm", "max_queries": 2}  # every round wants a query; two are allowed in all
+
+
+async def test_t_and_the_query_budget_survive_restarts_and_are_shared(stack: Stack) -> None:
+    async def decide(client, key: str) -> tuple[int, list[str]]:  # type: ignore[no-untyped-def]
+        response = await client.post("/route", json={"prompt": "What is 2 + 2?"}, headers=bearer(key))
+        assert response.status_code == 200, response.text
+        return response.json()["info"]["t"], response.json()["query"]
+
+    async with running(create_app(stack.settings())) as first:
+        t = await make_tenancy(first, policy="balrog", hyperparameters=CAPPED)
+        assert [len((await decide(first, t.key))[1]) for _ in range(2)] == [1, 1]
+    # a restarted process: the third decision is round 3, and the budget of two queries is spent
+    async with running(create_app(stack.settings())) as second:
+        assert await decide(second, t.key) == (3, [])
+        if stack.redis_url is not None:  # a replica running beside it sees the same counts
+            async with running(create_app(stack.settings())) as third:
+                assert await decide(third, t.key) == (4, [])
+                assert await decide(second, t.key) == (5, [])
+        reset = await second.delete(f"/admin/tenants/{t.tenant}/routers/main/state", headers=admin_headers())
+        assert reset.status_code == 200, reset.text
+        t_after, query = await decide(second, t.key)
+        assert t_after == 1 and len(query) == 1  # a reset state starts counting again
