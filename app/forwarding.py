@@ -235,12 +235,11 @@ async def forward_json(
     tenant: Tenant,
     request: RouteRequest,
     body: dict[str, Any],
-    route: RouteResponse | None = None,
+    decided: tuple[RouteResponse, Router] | None = None,
 ) -> Forwarded:
-    """Route (unless ``route`` is the decision already made), call, settle; an ensemble or a judged
-    cascade when the decision or its router asks for one."""
-    if route is None:
-        route = await gateway.route(ctx, session, tenant, request)
+    """Route (unless ``decided`` is the decision already made, with its router), call, settle; an
+    ensemble or a judged cascade when the decision or its router asks for one."""
+    route, router = decided if decided is not None else await gateway.decide(ctx, session, tenant, request)
     attempts: list[AttemptRecord] = []
     path = path_for(body)
     if route.mode == "set" and len(route.models) > 1:
@@ -250,9 +249,7 @@ async def forward_json(
     cost = call_cost(target, request, payload, path)
     output = mixture_output(route.mode, answer_text(payload)) if path == CHAT_PATH else None
     await settle(ctx, session, tenant, route.decision_id, target, attempts, cost, output)
-    row = await session.get(DecisionRow, route.decision_id)
-    router = await session.get(Router, row.router_id) if row is not None else None
-    if router is not None and router.judge_url and path == CHAT_PATH:
+    if router.judge_url and path == CHAT_PATH:
         return await _judged_cascade(
             ctx, session, tenant, request, route, body, router, target, payload, cost, attempts
         )
@@ -315,12 +312,6 @@ async def _judged_cascade(
         await settle(ctx, session, tenant, route.decision_id, target, step_attempts, cost)
         all_attempts.extend(step_attempts)
     return Forwarded(route, target, payload, sum(s.cost for s in steps), all_attempts, judged=steps)
-
-
-async def _has_judge(session: AsyncSession, route: RouteResponse) -> bool:
-    row = await session.get(DecisionRow, route.decision_id)
-    router = await session.get(Router, row.router_id) if row is not None else None
-    return bool(router is not None and router.judge_url)
 
 
 def call_cost(target: Target, request: RouteRequest, payload: dict[str, Any], path: str) -> float:
@@ -430,9 +421,10 @@ async def forward_stream(
 
     An ensemble (a ``set`` decision) or a judged cascade needs whole answers before it can answer, so it
     is run as without ``stream`` and returned as ``Forwarded``; the caller streams that answer."""
-    route = await gateway.route(ctx, session, tenant, request)
-    if (route.mode == "set" and len(route.models) > 1) or await _has_judge(session, route):
-        return await forward_json(ctx, session, tenant, request, {**body, "stream": False}, route=route)
+    route, router = await gateway.decide(ctx, session, tenant, request)
+    if (route.mode == "set" and len(route.models) > 1) or router.judge_url:
+        unstreamed = {**body, "stream": False}
+        return await forward_json(ctx, session, tenant, request, unstreamed, decided=(route, router))
     attempts: list[AttemptRecord] = []
     given = body.get("stream_options")
     options: dict[str, Any] = given if isinstance(given, dict) else {}

@@ -71,6 +71,13 @@ def decision_rng(seed: int, decision_id: str, request_seed: int | None = None) -
 async def route(
     ctx: AppContext, session: AsyncSession, tenant: Tenant, request: RouteRequest
 ) -> RouteResponse:
+    return (await decide(ctx, session, tenant, request))[0]
+
+
+async def decide(
+    ctx: AppContext, session: AsyncSession, tenant: Tenant, request: RouteRequest
+) -> tuple[RouteResponse, Router]:
+    """``route``, also returning the router it resolved (forwarding needs its judge)."""
     router = await resolve_router(session, tenant, request.router)
     text = request.text()
     if len(text) > ctx.settings.max_prompt_chars:
@@ -135,7 +142,7 @@ async def route(
     )
     await session.commit()
     metrics.count_decision(tenant.name, router.name)
-    return RouteResponse(
+    response = RouteResponse(
         decision_id=decision_id,
         router=router.name,
         policy=router.policy,
@@ -146,6 +153,7 @@ async def route(
         query=list(decision.query),
         info=info,
     )
+    return response, router
 
 
 async def count_decision(session: AsyncSession, router_id: int) -> tuple[int, int]:
