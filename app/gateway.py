@@ -156,13 +156,17 @@ async def decide(
     return response, router
 
 
+def upsert_for(session: AsyncSession):  # type: ignore[no-untyped-def]
+    """The dialect's ``insert`` (Postgres or SQLite), the one with ``on_conflict_do_*``."""
+    dialect = session.bind.dialect.name if session.bind is not None else "postgresql"
+    return postgresql.insert if dialect == "postgresql" else sqlite.insert
+
+
 async def count_decision(session: AsyncSession, router_id: int) -> tuple[int, int]:
     """Count one more decision of the router (``router_counters``) and return (decisions, query rounds)
     before it. Committed at once, so the counter row is locked for this statement only."""
-    dialect = session.bind.dialect.name if session.bind is not None else "postgresql"
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
     statement = (
-        insert(RouterCounter)
+        upsert_for(session)(RouterCounter)
         .values(router_id=router_id, decisions=1, query_rounds=0)
         .on_conflict_do_update(index_elements=["router_id"], set_={"decisions": RouterCounter.decisions + 1})
         .returning(RouterCounter.decisions, RouterCounter.query_rounds)
@@ -173,10 +177,8 @@ async def count_decision(session: AsyncSession, router_id: int) -> tuple[int, in
 
 
 def _insert_ignoring_duplicate(session: AsyncSession, values: dict[str, object]):  # type: ignore[no-untyped-def]
-    dialect = session.bind.dialect.name if session.bind is not None else "postgresql"
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
     return (
-        insert(FeedbackEvent)
+        upsert_for(session)(FeedbackEvent)
         .values(**values)
         .on_conflict_do_nothing(index_elements=["decision_id", "model", "kind"])
         .returning(FeedbackEvent.id)
