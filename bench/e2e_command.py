@@ -14,7 +14,7 @@ import numpy as np
 
 from bench.dataset import Dataset, load_dataset
 from bench.e2e import Comparison, Gateway, compare, measure_overhead, spawn_gateway
-from bench.policy_spec import build_from_spec, parse_spec
+from bench.policy_spec import PolicySpec, check_specs, parse_spec
 
 
 def format_comparison(results: Sequence[Comparison]) -> str:
@@ -75,10 +75,14 @@ def write_plot(results: Sequence[Comparison], path: Path) -> None:
 
 
 async def _drive(
-    args: argparse.Namespace, dataset: Dataset, embeddings: np.ndarray, url: str, admin: str
+    args: argparse.Namespace,
+    dataset: Dataset,
+    specs: list[PolicySpec],
+    embeddings: np.ndarray,
+    url: str,
+    admin: str,
 ) -> list[Comparison] | dict[str, float]:
     gateway = Gateway(url, admin, args.backends_url or f"{url}/replay")
-    specs = [parse_spec(text) for text in args.policy]
     try:
         if args.overhead:
             return await measure_overhead(gateway, dataset, specs[0], args.overhead, args.lam)
@@ -102,8 +106,8 @@ def e2e_main(args: argparse.Namespace) -> int:
     from bench.run_command import dataset_embeddings
 
     dataset = load_dataset(args.dataset)
-    for text in args.policy:  # a bad spec fails before minutes of embedding
-        build_from_spec(parse_spec(text), dataset.model_names, 0, args.lam)
+    specs = [parse_spec(text) for text in args.policy]
+    check_specs(specs, dataset.model_names, args.lam)  # a bad spec fails before minutes of embedding
     if args.horizon is None and not args.overhead:
         raise ValueError("--horizon is required (unless --overhead)")
     embeddings = (
@@ -114,10 +118,10 @@ def e2e_main(args: argparse.Namespace) -> int:
     if args.gateway:
         if not args.admin_key:
             raise ValueError("--gateway needs --admin-key")
-        outcome = asyncio.run(_drive(args, dataset, embeddings, args.gateway, args.admin_key))
+        outcome = asyncio.run(_drive(args, dataset, specs, embeddings, args.gateway, args.admin_key))
     else:
         with spawn_gateway(Path(args.dataset), args.embedder, len(dataset.model_names)) as (url, admin):
-            outcome = asyncio.run(_drive(args, dataset, embeddings, url, admin))
+            outcome = asyncio.run(_drive(args, dataset, specs, embeddings, url, admin))
     if isinstance(outcome, dict):
         print(
             f"{outcome['pairs']} pairs: through the gateway p50 {outcome['gateway_p50_ms']:.1f} ms, straight "

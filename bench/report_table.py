@@ -65,14 +65,3 @@ def format_table(report: Mapping[str, Any]) -> str:
     rendered = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)) for line in lines]
     rendered.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(rendered)
-
-
-def format_markdown(report: Mapping[str, Any]) -> str:
-    """The same table as GitHub markdown (for docs)."""
-    budget = _has_budget(report)
-    header = list(COLUMNS) + (list(BUDGET_COLUMNS) if budget else [])
-    rows = [_cells(f"{key} ({row['name']})", row, budget) for key, row in report["reference"].items()]
-    rows += [_cells(f"`{row['spec']}`", row, budget) for row in report["policies"]]
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(out)
