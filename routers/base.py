@@ -128,11 +128,12 @@ class Policy(Protocol):
     def from_state(cls, state: Mapping[str, Any]) -> Policy: ...
 
 
-def candidate_arms(known: Sequence[str], context: Context) -> list[str]:
+def candidate_arms(known: Sequence[str], context: Context, allow_repeat: bool = False) -> list[str]:
     """The arms a policy may choose for ``context``: known arms, restricted to ``context.arms``, minus
-    ``context.tried``, in the policy's own order (so tie-breaking by position is reproducible)."""
+    ``context.tried`` (unless ``allow_repeat``), in the policy's own order (so tie-breaking by position is
+    reproducible)."""
     allowed = set(known) if context.arms is None else set(context.arms) & set(known)
-    tried = set(context.tried)
+    tried = set() if allow_repeat else set(context.tried)
     return [a for a in known if a in allowed and a not in tried]
 
 

@@ -21,8 +21,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from routers.base import Context, Decision, Observation, PolicyBase, argmax_random_tie
-from routers.logistic_ucb import call_budget, cascade_candidates, require_cascade_settings
+from routers.base import Context, Decision, Observation, PolicyBase, argmax_random_tie, candidate_arms
+from routers.logistic_ucb import call_budget, require_cascade_settings
 from routers.prices import call_costs, validate_prices
 
 
@@ -54,7 +54,7 @@ class _CascadeBaseline(PolicyBase):
     def _next_candidates(self, context: Context) -> list[str]:
         if len(context.tried) >= call_budget(context, self.max_calls):
             return []
-        return cascade_candidates(self._arms, context, self.allow_repeat)
+        return candidate_arms(self._arms, context, self.allow_repeat)
 
     def update(self, observation: Observation) -> None:
         pass
@@ -129,7 +129,7 @@ class _PriceExtreme(_CascadeBaseline):
     def select(self, context: Context) -> Decision:
         if context.tried:
             return Decision(arms=[], mode="single")
-        arms = cascade_candidates(self._arms, context, self.allow_repeat)
+        arms = candidate_arms(self._arms, context, self.allow_repeat)
         if not arms:
             return Decision(arms=[], mode="single")
         costs = call_costs(arms, context, self.prices)

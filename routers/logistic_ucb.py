@@ -35,6 +35,7 @@ from routers.base import (
     Observation,
     PolicyBase,
     argmax_random_tie,
+    candidate_arms,
     require,
 )
 from routers.kernel_logistic import RBFLogisticArm
@@ -42,13 +43,6 @@ from routers.logistic_fit import LinearLogisticArm
 from routers.prices import call_costs, validate_prices
 
 ArmModel = LinearLogisticArm | RBFLogisticArm
-
-
-def cascade_candidates(known: Sequence[str], context: Context, allow_repeat: bool) -> list[str]:
-    """Known arms allowed by ``context.arms``; minus ``context.tried`` unless repeats are allowed."""
-    allowed = set(known) if context.arms is None else set(context.arms) & set(known)
-    tried = set() if allow_repeat else set(context.tried)
-    return [a for a in known if a in allowed and a not in tried]
 
 
 def require_cascade_settings(cost_weight: float, max_calls: int) -> None:
@@ -248,7 +242,7 @@ class PromptWise(PolicyBase):
             return Decision(arms=[], info={"reason": "exploration step done", "calls": calls}, **stop)
         if calls >= call_budget(context, self.max_calls):
             return Decision(arms=[], info={"reason": "max_calls", "calls": calls}, **stop)
-        arms = cascade_candidates(self._arms, context, self.allow_repeat)
+        arms = candidate_arms(self._arms, context, self.allow_repeat)
         if not arms:
             return Decision(arms=[], info={"reason": "no candidate arm", "calls": calls}, **stop)
         rng = self._rng(context)

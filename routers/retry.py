@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
-from routers.base import Context, Decision, Observation, Policy, PolicyConfigError, require
+from routers.base import Context, Decision, Observation, Policy, PolicyConfigError, candidate_arms, require
 from routers.logistic_ucb import call_budget
 
 
@@ -43,10 +43,7 @@ class RetryCascade:
         """The inner policy's choice among untried arms; ``arms=[]`` once ``max_calls`` calls were made."""
         if len(context.tried) >= call_budget(context, self.max_calls):
             return Decision(arms=[], mode="cascade", adaptive=True, info={"reason": "max_calls"})
-        allowed = (
-            self.inner.arms if context.arms is None else [a for a in self.inner.arms if a in context.arms]
-        )
-        untried = [a for a in allowed if a not in set(context.tried)]
+        untried = candidate_arms(self.inner.arms, context)
         if not untried:
             return Decision(arms=[], mode="cascade", adaptive=True, info={"reason": "no candidate arm"})
         decision = self.inner.select(replace(context, arms=untried))
