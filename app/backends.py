@@ -25,6 +25,16 @@ import httpx
 from app.settings import Settings
 from app.store.models import Backend
 
+
+def call_cost(prices: Backend | Target, tokens_in: float, tokens_out: float) -> float:
+    """USD for one call: tokens x price per million tokens, plus the per-call price."""
+    return (
+        tokens_in * prices.usd_per_mtok_in / 1e6
+        + tokens_out * prices.usd_per_mtok_out / 1e6
+        + prices.usd_per_call
+    )
+
+
 log = logging.getLogger(__name__)
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
@@ -60,11 +70,7 @@ class Target:
         )
 
     def cost(self, tokens_in: int, tokens_out: int) -> float:
-        return (
-            tokens_in * self.usd_per_mtok_in / 1e6
-            + tokens_out * self.usd_per_mtok_out / 1e6
-            + self.usd_per_call
-        )
+        return call_cost(self, tokens_in, tokens_out)
 
 
 @dataclass

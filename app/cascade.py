@@ -91,7 +91,6 @@ async def next_step(
         decision = await reselect(ctx, session, row, router, tried) if router is not None else None
         model = decision.arm if decision is not None and decision.arm not in tried else None
         scores = jsonable(decision.scores) if decision is not None else {}
-    row = await session.get(DecisionRow, decision_id) or row  # record_feedback committed: reload
     row.info = {**info, "offered": [*tried, model] if model is not None else tried}
     await session.commit()
     return CascadeNextResponse(

@@ -155,12 +155,14 @@ async def _call(
             break
         model = await next_model(ctx, session, route.decision_id, request, tried)
     await save_attempts(session, route.decision_id, attempts)
+    raise gave_up(route.decision_id, failures)
+
+
+def gave_up(decision_id: str, failures: list[BackendFailure]) -> HTTPException:
+    """The client's error when every backend tried failed: 504 if all timed out, else 502, naming each."""
     code = 504 if all(f.status_code == 504 for f in failures) else 502
-    raise HTTPException(
-        code,
-        "; ".join(str(f) for f in failures) + f" (decision {route.decision_id})",
-        headers={"x-banditgate-decision-id": route.decision_id},
-    )
+    detail = "; ".join(str(f) for f in failures) + f" (decision {decision_id})"
+    return HTTPException(code, detail, headers={"x-banditgate-decision-id": decision_id})
 
 
 async def save_attempts(session: AsyncSession, decision_id: str, attempts: list[AttemptRecord]) -> None:
@@ -182,7 +184,8 @@ def usage_tokens(usage: Any, prompt_chars: int, answer_chars: int) -> tuple[int,
     return _tokens(prompt_chars), _tokens(answer_chars)
 
 
-def _contents(payload: dict[str, Any]) -> list[str]:
+def contents(payload: dict[str, Any]) -> list[str]:
+    """The text of each chat choice's message."""
     parts: list[str] = []
     for choice in payload.get("choices") or []:
         message = choice.get("message") if isinstance(choice, dict) else None
@@ -193,11 +196,11 @@ def _contents(payload: dict[str, Any]) -> list[str]:
 
 def answer_text(payload: dict[str, Any]) -> str:
     """The text of a chat completion's choices, joined by newlines."""
-    return "\n".join(_contents(payload))
+    return "\n".join(contents(payload))
 
 
 def answer_chars(payload: dict[str, Any]) -> int:
-    return sum(len(part) for part in _contents(payload))
+    return sum(len(part) for part in contents(payload))
 
 
 def mixture_output(route_mode: str, text: str) -> str | None:
@@ -246,7 +249,7 @@ async def forward_json(
         return await _forward_set(ctx, session, tenant, request, route, body, path)
     target, payload = await _call(ctx, session, request, route, body, path, attempts, stream=False)
     assert isinstance(payload, dict)
-    cost = call_cost(target, request, payload, path)
+    cost = answer_cost(target, request, payload, path)
     output = mixture_output(route.mode, answer_text(payload)) if path == CHAT_PATH else None
     await settle(ctx, session, tenant, route.decision_id, target, attempts, cost, output)
     if router.judge_url and path == CHAT_PATH:
@@ -308,13 +311,14 @@ async def _judged_cascade(
             break
         assert isinstance(answer, dict)
         payload = answer
-        cost = call_cost(target, request, payload, CHAT_PATH)
+        cost = answer_cost(target, request, payload, CHAT_PATH)
         await settle(ctx, session, tenant, route.decision_id, target, step_attempts, cost)
         all_attempts.extend(step_attempts)
     return Forwarded(route, target, payload, sum(s.cost for s in steps), all_attempts, judged=steps)
 
 
-def call_cost(target: Target, request: RouteRequest, payload: dict[str, Any], path: str) -> float:
+def answer_cost(target: Target, request: RouteRequest, payload: dict[str, Any], path: str) -> float:
+    """USD of an answer: its reported usage (else characters / 4) at the backend's prices."""
     if path == IMAGE_PATH:
         tin, tout = usage_tokens(payload.get("usage"), 0, 0)
     else:
@@ -357,16 +361,14 @@ async def _forward_set(
         elif isinstance(result, BaseException):
             raise result
         else:
-            cost = call_cost(target, request, result, path)
+            cost = answer_cost(target, request, result, path)
             answered.append((target, result, cost))
             members.append(Member(target.name, result, cost))
     for number, attempt in enumerate(attempts, start=1):
         attempt.number = number
     if not answered:
         await save_attempts(session, route.decision_id, attempts)
-        code = 504 if all(f.status_code == 504 for f in failures) else 502
-        detail = "; ".join(str(f) for f in failures) + f" (decision {route.decision_id})"
-        raise HTTPException(code, detail, headers={"x-banditgate-decision-id": route.decision_id})
+        raise gave_up(route.decision_id, failures)
     first, payload, cost = answered[0]
     row = await session.get(DecisionRow, route.decision_id)
     if row is not None:

@@ -18,6 +18,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import metrics
+from app.backends import call_cost
 from app.context import AppContext
 from app.events import FeedbackMessage
 from app.jsonable import jsonable
@@ -39,15 +40,6 @@ async def resolve_router(session: AsyncSession, tenant: Tenant, name: str | None
         what = "no default router is set for this tenant" if name is None else f"router {name!r} not found"
         raise HTTPException(status.HTTP_404_NOT_FOUND, what)
     return router
-
-
-def call_cost(backend: Backend, tokens_in: float, tokens_out: float) -> float:
-    """USD for one call: tokens x price per million tokens, plus the per-call price."""
-    return (
-        tokens_in * backend.usd_per_mtok_in / 1e6
-        + tokens_out * backend.usd_per_mtok_out / 1e6
-        + backend.usd_per_call
-    )
 
 
 async def expected_costs(session: AsyncSession, arms: list[str], prompt_chars: int) -> dict[str, float]:

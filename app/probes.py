@@ -85,11 +85,8 @@ def answered_by(done: forwarding.Forwarded) -> list[str]:
 
 
 def _answer_text(payload: dict[str, Any]) -> str:
-    texts: list[str] = []
-    for choice in payload.get("choices") or []:
-        message = choice.get("message") if isinstance(choice, dict) else None
-        if isinstance(message, dict) and isinstance(message.get("content"), str):
-            texts.append(message["content"])
+    """A chat answer's text, or an image answer's URLs."""
+    texts = forwarding.contents(payload)
     for item in payload.get("data") or []:
         if isinstance(item, dict) and isinstance(item.get("url"), str):
             texts.append(item["url"])
@@ -144,7 +141,7 @@ async def _call_and_store(ctx: AppContext, job: ProbeJob) -> None:
             )
             await session.commit()
             return
-        cost = forwarding.call_cost(target, request, payload, path)
+        cost = forwarding.answer_cost(target, request, payload, path)
         probe = Probe(
             decision_id=route.decision_id,
             tenant_id=tenant_id,

@@ -7,8 +7,6 @@ cache, so ``banditgate serve`` works with nothing else installed. Point ``databa
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -102,8 +100,3 @@ class Settings(BaseSettings):
         if url.startswith("sqlite:///"):
             return "sqlite+aiosqlite:///" + url.removeprefix("sqlite:///")
         return url
-
-
-@lru_cache(maxsize=1)
-def get_settings() -> Settings:
-    return Settings()
