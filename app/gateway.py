@@ -182,15 +182,16 @@ async def record_feedback(
 ) -> list[FeedbackAccepted]:
     """Validate every item first (nothing is written if one is bad), then insert them idempotently in
     one transaction, commit, publish, and wait for this process to fold them."""
-    decision_ids = {item.decision_id for item in items}
-    decisions = {
-        d.id: d
-        for d in await session.scalars(
-            select(DecisionRow).where(DecisionRow.id.in_(decision_ids), DecisionRow.tenant_id == tenant.id)
-        )
-    }
-    router_ids = {d.router_id for d in decisions.values()}
-    routers = {r.id: r for r in await session.scalars(select(Router).where(Router.id.in_(router_ids)))}
+    found = await session.execute(
+        select(DecisionRow, Router)
+        .join(Router, Router.id == DecisionRow.router_id)
+        .where(DecisionRow.id.in_({item.decision_id for item in items}), DecisionRow.tenant_id == tenant.id)
+    )
+    decisions: dict[str, DecisionRow] = {}
+    routers: dict[int, Router] = {}
+    for decision_row, router_row in found:
+        decisions[decision_row.id] = decision_row
+        routers[router_row.id] = router_row
 
     resolved: list[tuple[FeedbackRequest, DecisionRow, Router, str]] = []
     for position, item in enumerate(items):
