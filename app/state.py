@@ -28,6 +28,7 @@ from app.store.eventlog import (
     events_after,
     newest_snapshot,
     payload_embedding,
+    snapshot_state,
     starting_snapshot,
 )
 from app.store.models import Router
@@ -77,7 +78,7 @@ async def load_runtime(session: AsyncSession, router: Router, up_to: int | None 
     else:
         watermark, folded_before = snapshot.watermark, snapshot.events_folded
         if snapshot.config_hash == current:
-            policy = restore_policy(decode_state(snapshot.state))
+            policy = restore_policy(decode_state(await snapshot_state(session, snapshot)))
         else:  # configuration changed since: relearn from the log after this point
             policy = fresh_policy(router)
     reconcile_arms(policy, list(router.arms))

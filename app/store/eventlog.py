@@ -114,6 +114,12 @@ async def newest_snapshot(session: AsyncSession, router_id: int, kinds: tuple[st
     return result
 
 
+async def snapshot_state(session: AsyncSession, snapshot: Snapshot) -> bytes:
+    """A snapshot's encoded state (a deferred column: read only when a policy is restored from it)."""
+    result = await session.execute(select(Snapshot.state).where(Snapshot.id == snapshot.id))
+    return bytes(result.scalar_one())
+
+
 async def starting_snapshot(session: AsyncSession, router: Router) -> Snapshot | None:
     """Where a replica starts folding: the newest reset/import snapshot, or a newer periodic snapshot
     taken under the router's current configuration."""

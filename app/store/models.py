@@ -153,7 +153,9 @@ class Snapshot(Base):
     config_hash: Mapped[str] = mapped_column(String(64))
     watermark: Mapped[int] = mapped_column(BigInteger)
     events_folded: Mapped[int] = mapped_column(BigInteger, default=0)
-    state: Mapped[bytes] = mapped_column(LargeBinary)
+    # deferred: finding the newest snapshot or its watermark must not pull megabytes of state;
+    # load_runtime reads the one blob it restores (eventlog.snapshot_state)
+    state: Mapped[bytes] = mapped_column(LargeBinary, deferred=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
