@@ -55,10 +55,8 @@ async def snapshot_router(
         runtime = await load_runtime(session, router, up_to=settled)
         state = encode_state(runtime.policy.state_dict())
     async with sessionmaker() as session:
-        locked = select(Router).where(Router.id == router_id)
-        if session.bind is not None and session.bind.dialect.name == "postgresql":
-            locked = locked.with_for_update()
-        current = await session.scalar(locked)
+        # FOR UPDATE on Postgres; SQLAlchemy's SQLite compiler leaves it out (SQLite locks the database)
+        current = await session.scalar(select(Router).where(Router.id == router_id).with_for_update())
         if current is None or current.version != runtime.version:
             return None  # reset, import or reconfigured meanwhile: the next round starts from that
         session.add(snapshot_row(current, "periodic", settled, runtime.events_folded, state))
