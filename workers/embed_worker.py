@@ -40,12 +40,15 @@ log = logging.getLogger("banditgate.embed_worker")
 GROUP = "embedders"
 
 
+SIZES_KEPT = 1000
+
+
 @dataclass
 class BatchStats:
     batches: int = 0
     requests: int = 0
     dropped_stale: int = 0
-    sizes: list[int] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)  # the last SIZES_KEPT batch sizes
 
 
 class EmbedWorker:
@@ -130,6 +133,7 @@ class EmbedWorker:
         self.stats.batches += 1
         self.stats.requests += len(live)
         self.stats.sizes.append(len(live))
+        del self.stats.sizes[:-SIZES_KEPT]  # a long-lived worker keeps only the recent batch sizes
         await pipe.execute()
 
     async def run(self) -> None:
