@@ -17,6 +17,7 @@ from fastapi import FastAPI
 
 from app.settings import Settings
 from app.store.migrate import upgrade
+from tests.fake_backend import FakeBackends
 
 PG_SERVER = os.environ.get("BANDITGATE_TEST_PG", "postgresql://postgres@127.0.0.1:5432")
 REDIS_URL = os.environ.get("BANDITGATE_TEST_REDIS", "redis://127.0.0.1:6379/0")
@@ -87,6 +88,19 @@ def stack(request: pytest.FixtureRequest) -> Stack:
 @pytest.fixture
 def pg_stack(pg_url: str) -> Stack:
     return Stack("postgres", pg_url, REDIS_URL)
+
+
+@pytest.fixture
+def sqlite_stack(sqlite_url: str) -> Stack:
+    return Stack("sqlite", sqlite_url, None)
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeBackends]:
+    """Local misbehaving-on-request OpenAI-compatible backends (tests/fake_backend.py)."""
+    server = FakeBackends().start()
+    yield server
+    server.stop()
 
 
 @asynccontextmanager

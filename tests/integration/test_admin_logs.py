@@ -132,8 +132,7 @@ async def test_metrics(stack: Stack) -> None:
         assert "/admin/decisions/nope" not in after  # route templates, never raw paths
 
 
-async def test_metrics_can_be_turned_off(sqlite_url: str) -> None:
-    stack = Stack("sqlite", sqlite_url, None)
-    async with running(create_app(stack.settings(metrics_enabled=False))) as client:
+async def test_metrics_can_be_turned_off(sqlite_stack: Stack) -> None:
+    async with running(create_app(sqlite_stack.settings(metrics_enabled=False))) as client:
         assert (await client.get("/metrics")).status_code == 404
         assert (await client.get("/healthz")).status_code == 200

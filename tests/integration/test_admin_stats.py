@@ -174,15 +174,14 @@ async def test_stats_follow_live_traffic(stack: Stack) -> None:
 )
 async def test_query_budget_from_the_policy_config(
     monkeypatch: pytest.MonkeyPatch,
-    sqlite_url: str,
+    sqlite_stack: Stack,
     hyperparameters: dict[str, Any],
     total: int | None,
     ratio: float,
     source: str,
 ) -> None:
     monkeypatch.setitem(POLICIES, NAME, QueryingLinUCB)
-    stack = Stack("sqlite", sqlite_url, None)
-    async with running(create_app(stack.settings())) as client:
+    async with running(create_app(sqlite_stack.settings())) as client:
         t = await make_tenancy(client, policy=NAME, hyperparameters=hyperparameters)
         url = f"/admin/tenants/{t.tenant}/routers/main/stats"
         s = (await client.get(url, headers=admin_headers())).json()

@@ -4,7 +4,6 @@ the servers of tests/fake_backend.py. Misbehaving backends must never take the g
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import ClassVar
 
 import httpx
@@ -27,18 +26,6 @@ from tests.served import served
 PROMPT = "Prove that sqrt(2) is irrational."
 PRICE_IN, PRICE_OUT = 1.0, 2.0  # USD per million tokens
 USAGE_COST = USAGE["prompt_tokens"] * PRICE_IN / 1e6 + USAGE["completion_tokens"] * PRICE_OUT / 1e6
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeBackends]:
-    server = FakeBackends().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def sqlite_stack(sqlite_url: str) -> Stack:
-    return Stack("sqlite", sqlite_url, None)
 
 
 def gateway_app(stack: Stack, **overrides: object) -> FastAPI:
@@ -67,9 +54,11 @@ async def add_tenant(
     router: str = "main",
     policy: str = "linucb",
     hyperparameters: dict[str, object] | None = None,
+    tenant: str | None = None,
 ) -> str:
-    """A tenant whose default router is ``policy`` (LinUCB: alpha 0, greedy) over ``arms``; returns its key."""
-    tenant = unique("t")
+    """A tenant (``tenant``, else a new name) whose default router is ``policy`` (LinUCB: alpha 0, greedy)
+    over ``arms``; returns its key."""
+    tenant = tenant or unique("t")
     assert (
         await client.post("/admin/tenants", json={"name": tenant}, headers=admin_headers())
     ).status_code == 201
@@ -86,12 +75,14 @@ async def add_tenant(
     return key
 
 
-async def prefer(client: httpx.AsyncClient, key: str, arm: str, prompt: str = PROMPT) -> None:
-    """Teach the greedy router that ``arm`` is good on ``prompt``, so it is chosen first."""
+async def prefer(
+    client: httpx.AsyncClient, key: str, arm: str, prompt: str = PROMPT, reward: float = 1.0
+) -> None:
+    """Teach the greedy router that ``arm`` earns ``reward`` on ``prompt`` (1.0: it is chosen first)."""
     decision = (
         await client.post("/route", json={"prompt": prompt, "candidates": [arm]}, headers=bearer(key))
     ).json()
-    feedback = {"decision_id": decision["decision_id"], "reward": 1.0}
+    feedback = {"decision_id": decision["decision_id"], "reward": reward}
     assert (await client.post("/feedback", json=feedback, headers=bearer(key))).status_code == 202
 
 

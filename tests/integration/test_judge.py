@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from fastapi import FastAPI, Request
 
-from tests.conftest import Stack, admin_headers, bearer, running
+from tests.conftest import Stack, admin_headers, bearer, running, unique
 from tests.fake_backend import FakeBackends
 from tests.integration.test_forwarding import (
     PROMPT,
@@ -21,13 +20,6 @@ from tests.integration.test_forwarding import (
     prefer,
 )
 from tests.served import served
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeBackends]:
-    server = FakeBackends().start()
-    yield server
-    server.stop()
 
 
 def judge_app(passing_model: list[str], seen: list[dict[str, Any]], garbage: bool = False) -> FastAPI:
@@ -50,8 +42,8 @@ async def test_the_gateway_runs_the_cascade_until_the_judge_passes(stack: Stack,
     passing: list[str] = []
     async with served(judge_app(passing, seen)) as judge, running(app) as client:
         first, second = await add_backend(client, fake, "ok"), await add_backend(client, fake, "ok")
-        key = await add_tenant(client, [first, second])
-        tenant = (await client.get("/admin/tenants", headers=admin_headers())).json()[-1]["name"]
+        tenant = unique("t")
+        key = await add_tenant(client, [first, second], tenant=tenant)
         patch = {"judge_url": f"{judge}/judge", "judge_threshold": 0.5}
         made = await client.patch(
             f"/admin/tenants/{tenant}/routers/main", json=patch, headers=admin_headers()
@@ -84,13 +76,13 @@ async def test_the_gateway_runs_the_cascade_until_the_judge_passes(stack: Stack,
         ]
 
 
-async def test_a_failing_judge_returns_the_answer_as_it_is(sqlite_url: str, fake: FakeBackends) -> None:
-    app = gateway_app(Stack("sqlite", sqlite_url, None))
+async def test_a_failing_judge_returns_the_answer_as_it_is(sqlite_stack: Stack, fake: FakeBackends) -> None:
+    app = gateway_app(sqlite_stack)
     seen: list[dict[str, Any]] = []
     async with served(judge_app([], seen, garbage=True)) as judge, running(app) as client:
         only = await add_backend(client, fake, "ok")
-        key = await add_tenant(client, [only, await add_backend(client, fake, "ok")])
-        tenant = (await client.get("/admin/tenants", headers=admin_headers())).json()[-1]["name"]
+        tenant = unique("t")
+        key = await add_tenant(client, [only, await add_backend(client, fake, "ok")], tenant=tenant)
         await client.patch(
             f"/admin/tenants/{tenant}/routers/main",
             json={"judge_url": f"{judge}/judge"},
@@ -119,8 +111,8 @@ async def test_a_streamed_request_gets_the_judged_cascades_accepted_answer(
     seen: list[dict[str, Any]] = []
     async with served(judge_app([], seen)) as judge, running(app) as client:
         first, second = await add_backend(client, fake, "nousage"), await add_backend(client, fake, "ok")
-        key = await add_tenant(client, [first, second])
-        tenant = (await client.get("/admin/tenants", headers=admin_headers())).json()[-1]["name"]
+        tenant = unique("t")
+        key = await add_tenant(client, [first, second], tenant=tenant)
         patch = {"judge_url": f"{judge}/judge", "judge_threshold": 0.5}
         await client.patch(f"/admin/tenants/{tenant}/routers/main", json=patch, headers=admin_headers())
         await prefer(client, key, first)
@@ -160,16 +152,12 @@ async def test_a_failed_backend_mid_cascade_falls_back_to_an_untried_model(
         first = await add_backend(client, fake, "ok")
         down = await add_backend(client, fake, "status-500")
         third = await add_backend(client, fake, "nousage")
-        key = await add_tenant(client, [first, down, third])
-        tenant = (await client.get("/admin/tenants", headers=admin_headers())).json()[-1]["name"]
+        tenant = unique("t")
+        key = await add_tenant(client, [first, down, third], tenant=tenant)
         patch = {"judge_url": f"{judge}/judge"}
         await client.patch(f"/admin/tenants/{tenant}/routers/main", json=patch, headers=admin_headers())
         for arm, reward in ((first, 1.0), (down, 0.8), (third, 0.5)):  # greedy order: first, down, third
-            routed = await client.post(
-                "/route", json={"prompt": PROMPT, "candidates": [arm]}, headers=bearer(key)
-            )
-            feedback = {"decision_id": routed.json()["decision_id"], "reward": reward}
-            assert (await client.post("/feedback", json=feedback, headers=bearer(key))).status_code == 202
+            await prefer(client, key, arm, reward=reward)
         passing.append(third)
         body = {"model": "router", "messages": [{"role": "user", "content": PROMPT}]}
         response = await client.post("/v1/chat/completions", json=body, headers=bearer(key))

@@ -9,35 +9,22 @@ from fastapi import FastAPI
 from sqlalchemy import select
 
 from app.store.models import DecisionRow, FeedbackEvent, Probe, Router
-from tests.conftest import Stack, admin_headers, bearer, running, unique
+from tests.conftest import Stack, bearer, running, unique
 from tests.fake_backend import FakeBackends
-from tests.integration.test_forwarding import (  # noqa: F401  (fake: a fixture)
+from tests.integration.test_forwarding import (
     PROMPT,
     USAGE_COST,
     add_backend,
-    fake,
+    add_tenant,
     gateway_app,
+    prefer,
 )
 
 ALWAYS_QUERY = {"trigger": "random", "budget": 1.0}  # every round queries every other arm
 
 
 async def balrog_tenant(client: httpx.AsyncClient, arms: list[str]) -> str:
-    tenant = unique("t")
-    assert (
-        await client.post("/admin/tenants", json={"name": tenant}, headers=admin_headers())
-    ).status_code == 201
-    key = (await client.post(f"/admin/tenants/{tenant}/keys", json={}, headers=admin_headers())).json()["key"]
-    body = {
-        "name": "main",
-        "policy": "balrog",
-        "hyperparameters": ALWAYS_QUERY,
-        "arms": arms,
-        "is_default": True,
-    }
-    response = await client.post(f"/admin/tenants/{tenant}/routers", json=body, headers=admin_headers())
-    assert response.status_code == 201, response.text
-    return key
+    return await add_tenant(client, arms, policy="balrog", hyperparameters=ALWAYS_QUERY)
 
 
 def forward_body(prompt: str = PROMPT) -> dict[str, object]:
@@ -55,7 +42,7 @@ async def drain(app: FastAPI) -> None:
     await app.state.ctx.probes.drain()
 
 
-async def test_probes_are_called_listed_and_learned(stack: Stack, fake: FakeBackends) -> None:  # noqa: F811
+async def test_probes_are_called_listed_and_learned(stack: Stack, fake: FakeBackends) -> None:
     app = gateway_app(stack)
     async with running(app) as client:
         arms = [await add_backend(client, fake, "ok") for _ in range(3)]
@@ -123,18 +110,14 @@ async def test_probes_are_called_listed_and_learned(stack: Stack, fake: FakeBack
         assert len(stores[chosen]) == 0  # no reward for the chosen model was posted
 
 
-async def test_failed_probe_is_marked_and_client_unaffected(stack: Stack, fake: FakeBackends) -> None:  # noqa: F811
+async def test_failed_probe_is_marked_and_client_unaffected(stack: Stack, fake: FakeBackends) -> None:
     app = gateway_app(stack)
     async with running(app) as client:
         good = await add_backend(client, fake, "ok")
         bad = await add_backend(client, fake, "status-500")
         key = await balrog_tenant(client, [good, bad])
         for arm, reward in ((good, 1.0), (bad, 0.0)):  # teach: good is better (plain /route calls nothing)
-            decided = (
-                await client.post("/route", json={"prompt": PROMPT, "candidates": [arm]}, headers=bearer(key))
-            ).json()
-            feedback = {"decision_id": decided["decision_id"], "reward": reward}
-            assert (await client.post("/feedback", json=feedback, headers=bearer(key))).status_code == 202
+            await prefer(client, key, arm, reward=reward)
 
         response = await client.post("/route", json=forward_body(), headers=bearer(key))
         assert response.status_code == 200, response.text
@@ -150,7 +133,7 @@ async def test_failed_probe_is_marked_and_client_unaffected(stack: Stack, fake: 
         assert (await client.get("/feedback/pending", headers=bearer(key))).json()["probes"] == []
 
 
-async def test_streamed_chat_probes_without_stream(stack: Stack, fake: FakeBackends) -> None:  # noqa: F811
+async def test_streamed_chat_probes_without_stream(stack: Stack, fake: FakeBackends) -> None:
     app = gateway_app(stack)
     async with running(app) as client:
         arms = [await add_backend(client, fake, "ok") for _ in range(2)]
@@ -170,7 +153,7 @@ async def test_streamed_chat_probes_without_stream(stack: Stack, fake: FakeBacke
         assert [(p["model"], p["answer"]) for p in listed] == [(other, "answer from ok")]
 
 
-async def test_shutdown_lets_running_probes_finish(stack: Stack, fake: FakeBackends) -> None:  # noqa: F811
+async def test_shutdown_lets_running_probes_finish(stack: Stack, fake: FakeBackends) -> None:
     """A process that stops (a rolling restart) waits up to probe_shutdown_grace_s for its probes: the slow
     probe's answer is stored and listed by the next process; with no grace it is cancelled and lost."""
     for grace, kept in ((5.0, True), (0.0, False)):

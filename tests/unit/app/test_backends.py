@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import time
-from collections.abc import Iterator
 
 import pytest
 from cryptography.fernet import Fernet
@@ -15,13 +14,6 @@ from app.backends import AttemptRecord, BackendClient, BackendFailure, Target
 from app.forwarding import usage_tokens
 from app.settings import Settings
 from tests.fake_backend import FakeBackends
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeBackends]:
-    server = FakeBackends().start()
-    yield server
-    server.stop()
 
 
 def target(fake: FakeBackends, behaviour: str, timeout_s: float = 1.0) -> Target:
