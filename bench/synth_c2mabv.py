@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.synth_format import write_dataset
+from bench.dataset import write_dataset
 
 USD_PER_1K_TOKENS = {  # Table 3
     "chatglm2-6b-32k": 0.005,
@@ -94,15 +94,16 @@ def main(argv: list[str] | None = None) -> None:
         }
         for m, price in USD_PER_1K_TOKENS.items()
     ]
-    n = write_dataset(
+    written = list(rows(args.prompts, args.seed))
+    write_dataset(
         args.out,
         models,
-        rows(args.prompts, args.seed),
+        written,
         (0.0, 0.5),
         "C2MAB-V nine-model set: Table 3 prices (USD/1k tokens, input and output); assumed P(correct) per "
         "model (reward 0.5), else 0.3 w.p. 0.5, 0.1 w.p. 0.1, 0 otherwise. AWC success = reward 0.5. "
         "Budgets (normalised by the most expensive model's mean cost): AWC 0.45, SUC 0.5, AIC 0.3; N = 4.",
-        {
+        settings={
             "success_threshold": 0.5,
             "max_models": 4,
             "budgets": BUDGETS,
@@ -110,7 +111,7 @@ def main(argv: list[str] | None = None) -> None:
             "expected_reward": {m: expected_reward(p) for m, p in P_CORRECT.items()},
         },
     )
-    print(f"wrote {n} prompts to {args.out}")
+    print(f"wrote {len(written)} prompts to {args.out}")
 
 
 if __name__ == "__main__":

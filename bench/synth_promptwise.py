@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.synth_format import write_dataset
+from bench.dataset import write_dataset
 
 PRICES = {"gpt-4o-mini": 0.75, "o3-mini": 5.50, "deepseek-chat": 1.37}
 LEVELS = ("easy", "medium", "hard")
@@ -82,17 +82,23 @@ def main(argv: list[str] | None = None) -> None:
         {"name": m, "usd_per_mtok_in": 0.0, "usd_per_mtok_out": 0.0, "usd_per_call": p}
         for m, p in PRICES.items()
     ]
-    n = write_dataset(
+    written = list(rows(args.prompts, args.trials, args.seed))
+    write_dataset(
         args.out,
         models,
-        rows(args.prompts, args.trials, args.seed),
+        written,
         (0.0, 1.0),
         "Sudoku-like set from PromptWise Table 1: printed pass@1 per difficulty, set prices as per-call USD; "
         "context = one-hot difficulty (easy, medium, hard); reward 1 = solved. Paper settings: "
         "max_calls (tau_max) = 5, lambda = 0.05.",
-        {"max_calls": MAX_CALLS, "lambda": COST_WEIGHT, "levels": list(LEVELS), "pass_rate": PASS_RATE},
+        settings={
+            "max_calls": MAX_CALLS,
+            "lambda": COST_WEIGHT,
+            "levels": list(LEVELS),
+            "pass_rate": PASS_RATE,
+        },
     )
-    print(f"wrote {n} prompts to {args.out}")
+    print(f"wrote {len(written)} prompts to {args.out}")
 
 
 if __name__ == "__main__":
