@@ -23,11 +23,7 @@ import numpy as np
 from scipy.linalg import cho_factor, cho_solve, solve
 from scipy.special import expit
 
-
-def rbf_kernel(a: np.ndarray, b: np.ndarray, bandwidth: float) -> np.ndarray:
-    """exp(-||a_i - b_j||^2 / (2 sigma^2)) for row sets a (m x d) and b (n x d)."""
-    sq = np.sum(a * a, axis=1)[:, None] + np.sum(b * b, axis=1)[None, :] - 2.0 * (a @ b.T)
-    return np.exp(-np.maximum(sq, 0.0) / (2.0 * bandwidth * bandwidth))
+from routers.diversity import gaussian_kernel
 
 
 def _klr_loss(beta: np.ndarray, k: np.ndarray, r: np.ndarray, reg: float) -> float:
@@ -72,18 +68,20 @@ class RBFLogisticArm:
         self.beta = np.zeros(0)
         self._chol: tuple[np.ndarray, bool] | None = None
 
-    def _factor(self) -> None:
+    def _factor(self, k: np.ndarray | None = None) -> None:
+        """Cholesky factor of K + reg I; ``k``: the Gram matrix of ``x`` when the caller has it."""
         if self.x.shape[0] == 0:
             self._chol = None
             return
-        k = rbf_kernel(self.x, self.x, self.bandwidth)
+        if k is None:
+            k = gaussian_kernel(self.x, self.x, self.bandwidth)
         self._chol = cho_factor(k + self.reg * np.eye(k.shape[0]))
 
     def logit(self, x: np.ndarray) -> tuple[float, float]:
         """(k_x^T beta, B(x)); B(x) = reg^{-1/2} at an arm without data (k(x, x) = 1)."""
         if self._chol is None:
             return 0.0, 1.0 / math.sqrt(self.reg)
-        kx = rbf_kernel(x[None, :], self.x, self.bandwidth)[0]
+        kx = gaussian_kernel(x[None, :], self.x, self.bandwidth)[0]
         var = 1.0 - float(kx @ cho_solve(self._chol, kx))
         return float(kx @ self.beta), math.sqrt(max(var, 0.0) / self.reg)
 
@@ -92,8 +90,9 @@ class RBFLogisticArm:
         self.x = np.vstack([self.x, x[None, :]])[-self.max_points :]
         self.r = np.append(self.r, r)[-self.max_points :]
         start = np.append(self.beta, 0.0)[-self.max_points :]
-        self.beta = fit_klr(rbf_kernel(self.x, self.x, self.bandwidth), self.r, self.reg, start)
-        self._factor()
+        k = gaussian_kernel(self.x, self.x, self.bandwidth)
+        self.beta = fit_klr(k, self.r, self.reg, start)
+        self._factor(k)
 
     def state(self) -> dict[str, Any]:
         return {"n": self.n, "x": self.x.copy(), "r": self.r.copy(), "beta": self.beta.copy()}

@@ -35,6 +35,7 @@ from routers.base import (
     candidate_arms,
     require,
 )
+from routers.diversity import squared_distances
 
 
 class PakUCB(PolicyBase):
@@ -83,8 +84,7 @@ class PakUCB(PolicyBase):
         """k(a_i, b_j) for rows of a (n, d) and b (m, d)."""
         if self.kernel == "poly":
             return (self.gamma * (a @ b.T) + 1.0) ** 3
-        sq = (a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2.0 * (a @ b.T)
-        return np.exp(-self.gamma * np.maximum(sq, 0.0))
+        return np.exp(-self.gamma * squared_distances(a, b))
 
     def bonus_weight(self, arms: int) -> float:
         """eta, or sqrt(2 ln(2 T G / 0.05)) by default."""
