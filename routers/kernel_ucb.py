@@ -93,7 +93,7 @@ class PakUCB(PolicyBase):
         return math.sqrt(2.0 * math.log(2.0 * self.horizon * max(arms, 1) / 0.05))
 
     def _on_add_arm(self, arm: str) -> None:
-        if arm in self._x:
+        if arm in self._x and self._x[arm].shape[1] == (self.dim or 0):
             return
         d = self.dim or 0
         self._x[arm] = np.zeros((0, d))
@@ -128,15 +128,6 @@ class PakUCB(PolicyBase):
         scores = {a: self.explain(a, x, eta) for a in arms}
         index = np.array([scores[a]["index"] for a in arms])
         return Decision(arms=[arms[argmax_random_tie(index, self._rng(context))]], scores=scores)
-
-    def _ensure_dim(self, x: np.ndarray) -> None:
-        if self.dim is None:
-            self.dim = int(x.shape[0])
-            self.config["dim"] = self.dim
-            for arm in self._arms:
-                if self._x[arm].shape[1] != self.dim:
-                    self._x[arm] = np.zeros((0, self.dim))
-        require(x.shape == (self.dim,), f"context has dimension {x.shape}, expected ({self.dim},)")
 
     def update(self, observation: Observation) -> None:
         """Append (x, y): M grows by the block inverse; past ``window`` points the oldest is downdated out."""

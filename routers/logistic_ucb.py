@@ -176,12 +176,7 @@ class PromptWise(PolicyBase):
 
     def _features(self, embedding: np.ndarray) -> np.ndarray:
         x = np.asarray(embedding, dtype=np.float64).reshape(-1)
-        if self.dim is None:
-            self.dim = int(x.shape[0])
-            self.config["dim"] = self.dim
-            for arm in self._arms:
-                self._on_add_arm(arm)
-        require(x.shape == (self.dim,), f"context has dimension {x.shape}, expected ({self.dim},)")
+        self._ensure_dim(x)
         return np.append(x, 1.0) / math.sqrt(2.0) if self.bias else x
 
     def _new_model(self) -> ArmModel:
