@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from bench.dataset import write_dataset
+from routers.base import Context, Observation, Policy
 
 PRICES = {"gpt-4o-mini": 0.75, "o3-mini": 5.50, "deepseek-chat": 1.37}
 LEVELS = ("easy", "medium", "hard")
@@ -30,6 +31,8 @@ PASS_RATE = {  # Table 1, pass@1 over ten trials
 }
 MAX_CALLS = 5
 COST_WEIGHT = 0.05
+ARMS = list(PRICES)
+EYE = np.eye(len(LEVELS), dtype=np.float32)  # a prompt's context: its level, one-hot
 
 
 def random_board(rng: np.random.Generator, blanks: int) -> str:
@@ -103,3 +106,32 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def run_cascades(policy: Policy, steps: int, seed: int, cost_weight: float = COST_WEIGHT) -> dict[str, float]:
+    """Play ``steps`` prompts of the Table 1 environment live (no replay). Mean utility, cost (USD) and success rate per prompt over ``steps`` prompts."""
+    rng = np.random.default_rng(seed)
+    utility = cost = success = 0.0
+    for _ in range(steps):
+        level = int(rng.integers(len(LEVELS)))
+        x = EYE[level]
+        tried: list[str] = []
+        while True:
+            decision = policy.select(Context(embedding=x, tried=tuple(tried), costs=PRICES))
+            if not decision.arms:
+                break
+            arm = decision.arms[0]
+            reward = float(rng.random() < PASS_RATE[arm][LEVELS[level]])
+            cost += PRICES[arm]
+            utility -= cost_weight * PRICES[arm]
+            tried.append(arm)
+            policy.update(
+                Observation(embedding=x, arm=arm, reward=reward, cost=PRICES[arm], kind="cascade-step")
+            )
+            if reward == 1.0:
+                utility += 1.0
+                success += 1.0
+                break
+            if not decision.adaptive:
+                break
+    return {"utility": utility / steps, "cost": cost / steps, "success": success / steps}

@@ -25,7 +25,7 @@ the "nugget") and slope ~ lambda^2 (how fast the mean reward moves with distance
     l = sqrt(max(slope, 0)),         phi(t) = phi (a constant, as in the paper's proof, L987-988),
     L = t (log t: a neglected arm's bonus grows, so it is retried; see ``log_of``).
 
-Tuned on RouteLLM GSM8K / MMLU and a synthetic set (``bench/tune_knn.py``, numbers in
+Tuned on RouteLLM GSM8K / MMLU and a synthetic set (``experiments/tune_knn.py``, numbers in
 ``docs/policies/knn-ucb.md``): theta = 0.1, phi = 1.
 
 Until ``min_pairs`` pairs are in, s is the std of all rewards seen and l = 0 (k = min(N_g, k_max):

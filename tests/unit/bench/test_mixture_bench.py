@@ -180,13 +180,3 @@ def test_vendi_run_covers_every_policy(tiny: Path, tmp_path: Path) -> None:
     report = json.loads(out.read_text())
     assert set(report["policies"]) == {*mixture.POLICY_NAMES, *mixture.ORACLE_NAMES}
     assert report["score_name"] == "vendi" and report["higher_is_better"] is True
-
-
-def test_speed_benchmark_runs_every_configuration(tmp_path: Path) -> None:
-    from bench import speed_mixture
-
-    out = tmp_path / "speed.json"
-    assert speed_mixture.main(["--sizes", "40,400", "--rounds", "2", "--dim", "4", "--out", str(out)]) == 0
-    report = json.loads(out.read_text())
-    assert set(report["seconds_per_round"]) == set(speed_mixture.CONFIGS)
-    assert all(v > 0 for row in report["seconds_per_round"].values() for v in row.values())

@@ -3,8 +3,7 @@
 import numpy as np
 import pytest
 
-from bench.synth_promptwise import PRICES
-from bench.table1_cascades import ARMS
+from bench.synth_promptwise import ARMS, PRICES
 from routers.base import Context, Observation, decode_state, encode_state
 from routers.linear import LinUCB
 from routers.registry import POLICIES, build_policy, restore_policy

@@ -3,8 +3,7 @@
 import numpy as np
 import pytest
 
-from bench.synth_promptwise import PRICES
-from bench.table1_cascades import ARMS, EYE, run_cascades
+from bench.synth_promptwise import ARMS, EYE, PRICES, run_cascades
 from routers.base import Context, Observation, PolicyConfigError
 from routers.cascade_baselines import GreedyTillSucceed, HighestCost, LowestCost, RandomTillSucceed
 from routers.logistic_ucb import PromptWise

@@ -8,7 +8,7 @@ stops at the first reward 0.5. Reported per round: the expected reward r(S; mu) 
 the true means, the violation V(T) = [mean normalised spend - rho]^+ averaged over rounds (the paper's
 Eq. 1 at every horizon), and the mean normalised spend.
 
-    python -m bench.nine_model_sets [--rounds 2000] [--seeds 3]
+    python -m experiments.nine_model_sets [--rounds 2000] [--seeds 3]
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from bench.synth_c2mabv import P_CORRECT, USD_PER_1K_TOKENS, draw_reward, expected_reward
-from bench.table1_cascades import parse_spec
+from experiments.table1_cascades import parse_spec
 from routers.base import Context, Observation, Policy
 from routers.registry import build_policy
 from routers.relaxation import direct_enumerate

@@ -5,7 +5,7 @@ It starts one embedding worker process on the given Redis (``banditgate worker e
 with the pool's wire protocol (documented in ``app/embedding.py``; reimplemented here in a few lines
 because bench/ never imports app/): XADD a request, BLPOP its reply key.
 
-    nice -n 10 python -m bench.embed_pool --redis redis://127.0.0.1:6379/0 --data /work/shared/data
+    nice -n 10 python -m experiments.embed_pool --redis redis://127.0.0.1:6379/0 --data /work/shared/data
 
 Prints one JSON object. Loopback only; run with nice on a shared machine.
 """
@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 from redis.asyncio import Redis
 
-from bench.prompts import DEFAULT_DATA, mmlu_prompts
 from embeddings.registry import load_embedder
+from experiments.prompts import DEFAULT_DATA, mmlu_prompts
 
 
 def raw_throughput(embedder: Any, prompts: list[str], batch: int) -> float:

@@ -9,7 +9,7 @@ decide the first call for the same probe prompts; the script reports how often t
 gap in optimistic success probability q, and the median times of ``select``, ``update`` and one exact
 refit (what an exact-every-observation policy pays per update).
 
-    OPENBLAS_NUM_THREADS=1 python -m bench.speed_promptwise [--steps 20000] [--dim 384] [--checks 5]
+    OPENBLAS_NUM_THREADS=1 python -m experiments.speed_promptwise [--steps 20000] [--dim 384] [--checks 5]
 """
 
 from __future__ import annotations

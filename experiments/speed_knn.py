@@ -11,7 +11,7 @@ HNSW recall@k of one arm's index against exact search. Each timing is taken twic
 inflates far less (searches run with ``--threads`` FAISS threads, 1 by default, so the thread's CPU time
 is the work done).
 
-    nice -n 10 python -m bench.speed_knn --sizes 1000,10000,100000,1000000
+    nice -n 10 python -m experiments.speed_knn --sizes 1000,10000,100000,1000000
 """
 
 from __future__ import annotations
@@ -164,7 +164,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             row = run_size(n, args, bar)
             rows.append(row)
             tqdm.write(json.dumps(row))
-    print("command: python -m bench.speed_knn " + " ".join(sys.argv[1:] if argv is None else argv))
+    print("command: python -m experiments.speed_knn " + " ".join(sys.argv[1:] if argv is None else argv))
     cols = ["N", "per_arm", "hnsw", "select_p50_ms", "select_p99_ms", "raw_p50_ms", "raw_p99_ms", "ratio_p50"]
     cols += ["update_p50_ms", "update_p99_ms", "cpu_select_p50_ms", "cpu_select_p99_ms", "cpu_raw_p50_ms"]
     cols += ["cpu_raw_p99_ms", "cpu_ratio_p50", "cpu_update_p50_ms", "cpu_update_p99_ms", "k_p10_p50_p90"]

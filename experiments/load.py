@@ -12,7 +12,7 @@ admin API, then drives it with an asyncio httpx client holding ``--concurrency``
 With ``--pool`` an embedding worker (``banditgate worker embed``) runs beside the gateway and the gateway
 sends its cache misses to it.
 
-    nice -n 10 python -m bench.load --workers 1 2 4 --requests 400 --data /work/shared/data
+    nice -n 10 python -m experiments.load --workers 1 2 4 --requests 400 --data /work/shared/data
 
 Loopback only; bounded request counts. Prints one JSON line per worker count. bench/ never imports app/:
 the gateway runs as a subprocess (``python -m app.cli``).
@@ -36,7 +36,7 @@ import asyncpg
 import httpx
 import numpy as np
 
-from bench.prompts import DEFAULT_DATA, mmlu_prompts
+from experiments.prompts import DEFAULT_DATA, mmlu_prompts
 
 
 async def drive(

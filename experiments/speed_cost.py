@@ -6,7 +6,7 @@ noisy costs, every model observed), then ``--rounds`` decisions are timed with t
 round by round, so machine load hits them alike. A C2MAB-V decision includes the bounds, the relaxed
 problem (AWC: vertex enumeration or continuous greedy; SUC/AIC: the HiGHS LP) and the rounding.
 
-    OPENBLAS_NUM_THREADS=1 python -m bench.speed_cost [--rounds 200] [--warm 300] [--dim 384]
+    OPENBLAS_NUM_THREADS=1 python -m experiments.speed_cost [--rounds 200] [--warm 300] [--dim 384]
 """
 
 from __future__ import annotations

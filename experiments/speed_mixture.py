@@ -1,5 +1,5 @@
 """Per-round cost of the mixture policies against the number of samples already collected:
-``python -m bench.speed_mixture [--sizes 1000,10000,100000] [--dim 64] [--arms 4] [--rounds 30]``.
+``python -m experiments.speed_mixture [--sizes 1000,10000,100000] [--dim 64] [--arms 4] [--rounds 30]``.
 
 For each configuration and history size n, a policy's objective is primed with n samples (n / m per arm,
 Gaussian data), then ``--rounds`` rounds of ``select`` + ``update`` (one new output each) are timed; the
@@ -117,7 +117,9 @@ def _measure_all(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.speed_mixture", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m experiments.speed_mixture", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--sizes", default="1000,10000,100000")
     parser.add_argument("--dim", type=int, default=64)
     parser.add_argument("--arms", type=int, default=4)

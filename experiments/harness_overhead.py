@@ -1,4 +1,4 @@
-"""How much time the replay harness itself takes per round: ``python -m bench.harness_overhead``.
+"""How much time the replay harness itself takes per round: ``python -m experiments.harness_overhead``.
 
 Builds a synthetic table of the largest size the harness must handle (default 20 models, 3,000 prompts,
 384-d contexts), then replays a null policy (always the first model: select and update do nothing) and

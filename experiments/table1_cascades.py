@@ -6,7 +6,7 @@ of a prompt is 1[some call succeeded] - lambda * sum(costs) (PromptWise Eq. 1), 
 The oracle is the budget-limited cascade DP (``routers.cascade_oracle``) on the true rates, averaged over
 the three levels. (The replay harness runs the same policies on ``bench.synth_promptwise`` data sets.)
 
-    python -m bench.table1_cascades [--steps 300] [--seeds 5] [--allow-repeat]
+    python -m experiments.table1_cascades [--steps 300] [--seeds 5] [--allow-repeat]
 """
 
 from __future__ import annotations
@@ -16,13 +16,10 @@ import time
 
 import numpy as np
 
-from bench.synth_promptwise import COST_WEIGHT, LEVELS, MAX_CALLS, PASS_RATE, PRICES
-from routers.base import Context, Observation, Policy
+from bench.synth_promptwise import ARMS, COST_WEIGHT, LEVELS, MAX_CALLS, PASS_RATE, PRICES, run_cascades
 from routers.cascade_oracle import best_cascade
 from routers.registry import build_policy
 
-ARMS = list(PRICES)
-EYE = np.eye(len(LEVELS), dtype=np.float32)
 POLICIES = (
     "promptwise",
     "promptwise:update=exact",
@@ -33,35 +30,6 @@ POLICIES = (
     "lowest-cost",
     "highest-cost",
 )
-
-
-def run_cascades(policy: Policy, steps: int, seed: int, cost_weight: float = COST_WEIGHT) -> dict[str, float]:
-    """Mean utility, cost (USD) and success rate per prompt over ``steps`` prompts."""
-    rng = np.random.default_rng(seed)
-    utility = cost = success = 0.0
-    for _ in range(steps):
-        level = int(rng.integers(len(LEVELS)))
-        x = EYE[level]
-        tried: list[str] = []
-        while True:
-            decision = policy.select(Context(embedding=x, tried=tuple(tried), costs=PRICES))
-            if not decision.arms:
-                break
-            arm = decision.arms[0]
-            reward = float(rng.random() < PASS_RATE[arm][LEVELS[level]])
-            cost += PRICES[arm]
-            utility -= cost_weight * PRICES[arm]
-            tried.append(arm)
-            policy.update(
-                Observation(embedding=x, arm=arm, reward=reward, cost=PRICES[arm], kind="cascade-step")
-            )
-            if reward == 1.0:
-                utility += 1.0
-                success += 1.0
-                break
-            if not decision.adaptive:
-                break
-    return {"utility": utility / steps, "cost": cost / steps, "success": success / steps}
 
 
 def oracle_utility(allow_repeat: bool) -> float:

@@ -6,7 +6,7 @@ reward (Remark 5.1: on query rounds too), and reports the chosen model's reward 
 queries, the other models' rewards as ``query`` observations. Reported: mean reward over the run and its
 95% interval over seeds, beside the best single model, the per-prompt oracle and uniform random.
 
-    python -m bench.tune_knn --data ../shared/data --sets synthetic,mmlu,gsm8k --seeds 10 --T 2000
+    python -m experiments.tune_knn --data ../shared/data --sets synthetic,mmlu,gsm8k --seeds 10 --T 2000
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from bench.routellm_rewards import DEFAULT_DATA, load_table
+from experiments.routellm_rewards import DEFAULT_DATA, load_table
 from routers.base import Context, Observation, Policy
 from routers.registry import build_policy
 
