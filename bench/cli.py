@@ -20,6 +20,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "bench.synthetic",
     "bench.mixture",
     "bench.e2e_command",
+    "bench.split",
 )
 
 

@@ -1,0 +1,83 @@
+"""``bench split``: a replay dataset -> a tuning part and a reporting part, by distinct prompt text.
+
+Defaults and hyperparameters are chosen on one part of a dev set and reported on the other, so that a
+figure never rests on the prompts it was tuned on. Rows are grouped by prompt *text* (MMLU holds 105
+texts twice under distinct ids: both copies land in the same part), the distinct texts are shuffled with
+``np.random.default_rng(seed).permutation``, and the first ``round(fraction x texts)`` go to ``tune``,
+the rest to ``report``. ``models.json`` is copied unchanged into both, with the split recorded in it.
+
+    banditgate bench split --dataset /tmp/bg/mmlu --fraction 0.5 --seed 0 --out /tmp/bg/mmlu-halves
+    # -> /tmp/bg/mmlu-halves/tune and /tmp/bg/mmlu-halves/report
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.dataset import DatasetError
+
+PARTS = ("tune", "report")
+
+
+def split_rows(rows: list[dict[str, Any]], fraction: float, seed: int) -> tuple[list[int], list[int]]:
+    """Row indices of the tuning and reporting parts, each in file order; same-text rows stay together."""
+    if not 0.0 < fraction < 1.0:
+        raise ValueError(f"--fraction must lie strictly between 0 and 1, got {fraction}")
+    texts: dict[str, int] = {}
+    group = [texts.setdefault(str(row.get("prompt", row.get("id"))), len(texts)) for row in rows]
+    n_tune = round(fraction * len(texts))
+    if n_tune == 0 or n_tune == len(texts):
+        raise ValueError(f"{len(texts)} distinct prompts cannot be split {fraction:g} : {1 - fraction:g}")
+    tune_groups = set(np.random.default_rng(seed).permutation(len(texts))[:n_tune].tolist())
+    tune = [i for i, g in enumerate(group) if g in tune_groups]
+    report = [i for i, g in enumerate(group) if g not in tune_groups]
+    return tune, report
+
+
+def split_dataset(directory: Path, out: Path, fraction: float, seed: int) -> dict[str, int]:
+    """Write ``out/tune`` and ``out/report``; returns the number of rows in each."""
+    meta_path, rows_path = directory / "models.json", directory / "rows.jsonl"
+    if not meta_path.is_file() or not rows_path.is_file():
+        raise DatasetError(f"{directory} is not a replay dataset (models.json and rows.jsonl expected)")
+    meta = json.loads(meta_path.read_text())
+    lines = [line for line in rows_path.read_text().splitlines() if line.strip()]
+    rows = [json.loads(line) for line in lines]
+    parts = dict(zip(PARTS, split_rows(rows, fraction, seed), strict=True))
+    counts: dict[str, int] = {}
+    for part, indices in parts.items():
+        target = out / part
+        target.mkdir(parents=True, exist_ok=True)
+        part_meta = {
+            **meta,
+            "split": {"source": str(directory), "part": part, "fraction": fraction, "seed": seed},
+        }
+        (target / "models.json").write_text(json.dumps(part_meta, indent=2) + "\n")
+        (target / "rows.jsonl").write_text("".join(lines[i] + "\n" for i in indices))
+        counts[part] = len(indices)
+    return counts
+
+
+def _main(args: argparse.Namespace) -> int:
+    counts = split_dataset(Path(args.dataset), Path(args.out), args.fraction, args.seed)
+    for part in PARTS:
+        print(f"wrote {counts[part]} rows to {Path(args.out) / part}")
+    return 0
+
+
+def add_subcommand(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "split",
+        help="split a replay dataset into tuning and reporting parts by distinct prompt text",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--dataset", required=True, help="a replay dataset directory")
+    parser.add_argument("--out", required=True, help="writes OUT/tune and OUT/report")
+    parser.add_argument("--fraction", type=float, default=0.5, help="share of distinct prompts to tune on")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.set_defaults(handler=_main)
