@@ -21,6 +21,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "bench.mixture",
     "bench.e2e_command",
     "bench.split",
+    "bench.gateway_bench",
 )
 
 

@@ -1,0 +1,468 @@
+"""``bench gateway``: what the gateway costs per request, side by side with a bare proxy in one run.
+
+Started as subprocesses on loopback, each under uvicorn with its default (auto) loop and HTTP
+implementation and no access log:
+
+- ``upstream``: a fake OpenAI backend that answers ``POST /v1/chat/completions`` with a fixed completion
+  (``--upstream-delay-ms``, default 0.7 ms, like a fast model server's own overhead);
+- ``bare-proxy``: a FastAPI pass-through with one pooled httpx client (the floor a Python gateway can
+  reach); the gateway systems: ``banditgate serve`` on the embedded SQLite default, or on Postgres (a
+  fresh database) + Redis, with an ``always`` or a ``knn-ucb`` router over one backend (the upstream).
+
+For every system, in alternation (round r measures each system once before round r + 1 starts):
+
+- sequential: ``--sequential`` requests one at a time on a keep-alive client, after a warm-up; the p50
+  latency and the *overhead* p50 = that p50 minus the upstream's own p50 measured in the same round;
+- throughput: ``--seconds`` seconds at ``--concurrency`` requests in flight; requests per second;
+- server CPU per request: user + system CPU of the server's process tree during the throughput run
+  (``/proc/<pid>/stat``), divided by the requests it answered.
+
+Reported: medians over rounds, and ratios against the bare proxy. Prompts are ``--prompts`` fixed
+texts, embedded once in the warm-up, so kNN routing runs on cached embeddings. The table names the
+durability settings in force (they are never changed here): Postgres ``fsync`` and ``synchronous_commit``
+as the server reports them, SQLite ``journal_mode=WAL, synchronous=NORMAL`` as app/store/db.py sets them.
+
+    banditgate bench gateway --rounds 3 --json /tmp/gw.json
+
+bench/ never imports app/: the gateway runs as ``python -m app.cli serve``. Loopback only; every loop is
+bounded in count and time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+
+from bench.local_server import free_port
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+ADMIN_KEY = "bench-gateway-admin-key"
+SQLITE_SETTINGS = "journal_mode=WAL, synchronous=NORMAL (app/store/db.py)"
+
+
+def upstream_app() -> FastAPI:
+    """The fake backend: a fixed chat completion after ``BENCH_UPSTREAM_DELAY_MS`` of sleep."""
+    delay = float(os.environ.get("BENCH_UPSTREAM_DELAY_MS", "0.7")) / 1000
+    body = json.dumps(
+        {
+            "id": "chatcmpl-bench",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "bench-upstream",
+            "choices": [
+                {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}
+            ],
+            "usage": {"prompt_tokens": 12, "completion_tokens": 1, "total_tokens": 13},
+        }
+    ).encode()
+    app = FastAPI()
+
+    @app.post("/v1/chat/completions")
+    async def completions(request: Request) -> Response:
+        await request.body()
+        if delay:
+            await asyncio.sleep(delay)
+        return Response(body, media_type="application/json")
+
+    return app
+
+
+def bare_proxy_app() -> FastAPI:
+    """A pass-through to ``BENCH_UPSTREAM_URL`` with one pooled client: what a minimal proxy costs."""
+    upstream = os.environ["BENCH_UPSTREAM_URL"]
+    app = FastAPI()
+    client = httpx.AsyncClient(base_url=upstream, timeout=30, limits=httpx.Limits(max_connections=200))
+
+    @app.post("/v1/chat/completions")
+    async def completions(request: Request) -> Response:
+        answer = await client.post(
+            "/v1/chat/completions", content=await request.body(), headers={"content-type": "application/json"}
+        )
+        return Response(answer.content, status_code=answer.status_code, media_type="application/json")
+
+    return app
+
+
+@dataclass
+class System:
+    """One thing under measurement: its URL, the request it answers, and the pid whose tree serves it."""
+
+    name: str
+    url: str
+    pid: int
+    path: str = "/v1/chat/completions"
+    headers: dict[str, str] = field(default_factory=dict)
+    body: Callable[[str], dict[str, Any]] = lambda prompt: {
+        "model": "router",
+        "messages": [{"role": "user", "content": prompt}],
+    }
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """User + system CPU seconds of ``root`` and every descendant process (Linux /proc)."""
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid = int(entry.name)
+        parents[pid] = int(fields[1])
+        times[pid] = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    total, stack = 0.0, [root]
+    while stack:
+        pid = stack.pop()
+        total += times.get(pid, 0.0)
+        stack.extend(child for child, parent in parents.items() if parent == pid)
+    return total
+
+
+def wait_ready(url: str, proc: subprocess.Popen[bytes], path: str, within_s: float = 180) -> None:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url}: the server exited during start-up (code {proc.returncode})")
+        try:
+            if httpx.get(url + path, timeout=2).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise RuntimeError(f"{url} did not answer {path} within {within_s} s")
+
+
+@contextmanager
+def process(
+    cmd: list[str], env: dict[str, str], url: str, ready_path: str
+) -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_ready(url, proc, ready_path)
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def uvicorn_cmd(target: str, port: int) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        target,
+        "--factory",
+        "--port",
+        str(port),
+        "--no-access-log",
+        "--log-level",
+        "warning",
+    ]
+
+
+def admin_setup(url: str, upstream: str, policy: str) -> str:
+    """A tenant, one backend (the upstream) and a default router; returns the tenant's API key."""
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    tenant, backend = f"bench-{uuid.uuid4().hex[:6]}", f"up-{uuid.uuid4().hex[:6]}"
+    with httpx.Client(base_url=url, headers=admin, timeout=60) as client:
+        client.post("/admin/tenants", json={"name": tenant}).raise_for_status()
+        backend_body = {
+            "name": backend,
+            "base_url": upstream + "/v1",
+            "usd_per_mtok_in": 1.0,
+            "usd_per_mtok_out": 2.0,
+        }
+        client.post("/admin/backends", json=backend_body).raise_for_status()
+        hyper = {"model": backend} if policy == "always" else {}
+        router = {
+            "name": "main",
+            "policy": policy,
+            "hyperparameters": hyper,
+            "arms": [backend],
+            "is_default": True,
+        }
+        client.post(f"/admin/tenants/{tenant}/routers", json=router).raise_for_status()
+        key: str = client.post(f"/admin/tenants/{tenant}/keys", json={}).json()["key"]
+    return key
+
+
+async def _sequential(system: System, prompts: list[str], n: int) -> list[float]:
+    latencies = []
+    async with httpx.AsyncClient(base_url=system.url, headers=system.headers, timeout=60) as client:
+        for i in range(n):
+            started = time.perf_counter()
+            response = await client.post(system.path, json=system.body(prompts[i % len(prompts)]))
+            latencies.append((time.perf_counter() - started) * 1000)
+            response.raise_for_status()
+    return latencies
+
+
+async def _throughput(
+    system: System, prompts: list[str], seconds: float, concurrency: int
+) -> tuple[int, float]:
+    done = 0
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(
+        base_url=system.url, headers=system.headers, timeout=60, limits=limits
+    ) as client:
+        started = time.perf_counter()
+        deadline = started + seconds
+
+        async def worker(offset: int) -> None:
+            nonlocal done
+            i = offset
+            while time.perf_counter() < deadline:
+                response = await client.post(system.path, json=system.body(prompts[i % len(prompts)]))
+                response.raise_for_status()
+                done += 1
+                i += concurrency
+
+        await asyncio.gather(*(worker(k) for k in range(concurrency)))
+        return done, time.perf_counter() - started
+
+
+def measure(system: System, prompts: list[str], args: argparse.Namespace) -> dict[str, float]:
+    latencies = asyncio.run(_sequential(system, prompts, args.sequential))
+    cpu_before = tree_cpu_seconds(system.pid)
+    count, elapsed = asyncio.run(_throughput(system, prompts, args.seconds, args.concurrency))
+    cpu = tree_cpu_seconds(system.pid) - cpu_before
+    return {
+        "p50_ms": statistics.median(latencies),
+        "req_per_s": count / elapsed,
+        "cpu_ms_per_req": 1000 * cpu / max(count, 1),
+    }
+
+
+def postgres_settings(server: str) -> dict[str, str]:
+    import asyncpg
+
+    async def read() -> dict[str, str]:
+        conn = await asyncpg.connect(server + "/postgres")
+        try:
+            return {
+                name: str(await conn.fetchval(f"SHOW {name}")) for name in ("fsync", "synchronous_commit")
+            }
+        finally:
+            await conn.close()
+
+    return asyncio.run(read())
+
+
+def admin_sql(server: str, statement: str) -> None:
+    import asyncpg
+
+    async def run() -> None:
+        conn = await asyncpg.connect(server + "/postgres")
+        try:
+            await conn.execute(statement)
+        finally:
+            await conn.close()
+
+    asyncio.run(run())
+
+
+def gateway_specs(args: argparse.Namespace) -> list[tuple[str, str, str, int]]:
+    """(name, stack, policy, workers) of each gateway system asked for."""
+    specs = []
+    for stack in args.stacks:
+        for workers in args.workers:
+            if stack == "sqlite" and workers > 1:
+                continue  # the embedded default is one process
+            for policy in args.policies:
+                specs.append((f"gateway {stack} {policy} w{workers}", stack, policy, workers))
+    return specs
+
+
+def start_systems(stack: ExitStack, args: argparse.Namespace, tmp: Path) -> tuple[System, list[System]]:
+    base_env = dict(os.environ) | {"BENCH_UPSTREAM_DELAY_MS": str(args.upstream_delay_ms)}
+    up_port = free_port()
+    upstream_url = f"http://127.0.0.1:{up_port}"
+    up = stack.enter_context(
+        process(uvicorn_cmd("bench.gateway_bench:upstream_app", up_port), base_env, upstream_url, "/docs")
+    )
+    upstream = System(
+        "upstream (direct)",
+        upstream_url,
+        up.pid,
+        body=lambda p: {"model": "x", "messages": [{"role": "user", "content": p}]},
+    )
+    systems: list[System] = []
+    bare_port = free_port()
+    bare_url = f"http://127.0.0.1:{bare_port}"
+    bare_env = base_env | {"BENCH_UPSTREAM_URL": upstream_url}
+    bare = stack.enter_context(
+        process(uvicorn_cmd("bench.gateway_bench:bare_proxy_app", bare_port), bare_env, bare_url, "/docs")
+    )
+    systems.append(System("bare-proxy", bare_url, bare.pid, body=upstream.body))
+    for name, kind, policy, workers in gateway_specs(args):
+        env = base_env | {
+            "BANDITGATE_ADMIN_KEY": ADMIN_KEY,
+            "BANDITGATE_EMBEDDER": args.embedder,
+            "BANDITGATE_LOG_LEVEL": "WARNING",
+        }
+        if kind == "sqlite":
+            env |= {"BANDITGATE_DATABASE_URL": f"sqlite+aiosqlite:///{tmp / (uuid.uuid4().hex + '.db')}"}
+        else:
+            db = f"bg_gwbench_{uuid.uuid4().hex[:8]}"
+            admin_sql(args.pg, f'CREATE DATABASE "{db}"')
+            stack.callback(admin_sql, args.pg, f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+            env |= {
+                "BANDITGATE_DATABASE_URL": args.pg.replace("postgresql://", "postgresql+asyncpg://")
+                + f"/{db}",
+                "BANDITGATE_REDIS_URL": args.redis,
+                "BANDITGATE_EVENT_STREAM": f"bench:events:{db}",
+            }
+        subprocess.run([sys.executable, "-m", "app.cli", "migrate"], env=env, check=True, capture_output=True)
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        cmd = [
+            sys.executable,
+            "-m",
+            "app.cli",
+            "serve",
+            "--port",
+            str(port),
+            "--workers",
+            str(workers),
+            "--no-access-log",
+        ]
+        proc = stack.enter_context(process(cmd, env, url, "/readyz"))
+        key = admin_setup(url, upstream_url, policy)
+        headers = {"Authorization": f"Bearer {key}"}
+        systems.append(System(name, url, proc.pid, headers=headers))
+        if args.route_only:
+            systems.append(
+                System(
+                    f"route-only {kind} {policy} w{workers}",
+                    url,
+                    proc.pid,
+                    "/route",
+                    headers,
+                    lambda p: {"prompt": p},
+                )
+            )
+    return upstream, systems
+
+
+def summarise(
+    rounds: list[dict[str, dict[str, float]]], upstream: str, bare: str
+) -> dict[str, dict[str, float]]:
+    names = list(rounds[0])
+    out: dict[str, dict[str, float]] = {}
+    for name in names:
+        overheads = [r[name]["p50_ms"] - r[upstream]["p50_ms"] for r in rounds]
+        out[name] = {
+            "overhead_p50_ms": statistics.median(overheads),
+            "req_per_s": statistics.median(r[name]["req_per_s"] for r in rounds),
+            "cpu_ms_per_req": statistics.median(r[name]["cpu_ms_per_req"] for r in rounds),
+        }
+    base = out[bare]
+    for row in out.values():
+        row["overhead_x_bare"] = (
+            row["overhead_p50_ms"] / base["overhead_p50_ms"] if base["overhead_p50_ms"] > 0 else float("nan")
+        )
+        row["req_per_s_x_bare"] = row["req_per_s"] / base["req_per_s"]
+    return out
+
+
+def format_table(summary: dict[str, dict[str, float]], settings: dict[str, str]) -> str:
+    lines = [
+        "| system | overhead p50 ms | x bare | req/s | x bare | server CPU ms/req |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, row in summary.items():
+        lines.append(
+            f"| {name} | {row['overhead_p50_ms']:.2f} | {row['overhead_x_bare']:.2f} | {row['req_per_s']:.0f} | "
+            f"{row['req_per_s_x_bare']:.2f} | {row['cpu_ms_per_req']:.2f} |"
+        )
+    lines.append("")
+    lines.append("durability: " + ", ".join(f"{k}={v}" for k, v in settings.items()))
+    return "\n".join(lines)
+
+
+def gateway_main(args: argparse.Namespace) -> int:
+    prompts = [
+        f"benchmark prompt {i}: which model should answer this question about topic {i % 7}?"
+        for i in range(args.prompts)
+    ]
+    settings = {"sqlite": SQLITE_SETTINGS}
+    if "postgres" in args.stacks:
+        settings |= {f"postgres {k}": v for k, v in postgres_settings(args.pg).items()}
+    with ExitStack() as stack, tempfile.TemporaryDirectory() as tmp:
+        upstream, systems = start_systems(stack, args, Path(tmp))
+        for system in [upstream, *systems]:  # warm-up: connections, embeddings, caches
+            asyncio.run(_sequential(system, prompts, max(args.prompts, 20)))
+        rounds = []
+        for r in range(args.rounds):
+            result = {upstream.name: measure(upstream, prompts, args)}
+            order = systems if r % 2 == 0 else list(reversed(systems))
+            for system in order:
+                result[system.name] = measure(system, prompts, args)
+                if not args.quiet:
+                    print(
+                        f"round {r + 1}/{args.rounds} {system.name}: {result[system.name]}", file=sys.stderr
+                    )
+            rounds.append(result)
+    summary = summarise(rounds, upstream.name, "bare-proxy")
+    report = {
+        "command": "bench gateway",
+        "args": {k: v for k, v in vars(args).items() if k != "handler"},
+        "durability": settings,
+        "rounds": rounds,
+        "summary": summary,
+    }
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+    print(format_table(summary, settings))
+    return 0
+
+
+def add_subcommand(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "gateway",
+        help="the gateway's own cost per request against a bare proxy, side by side",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--stacks", nargs="+", choices=("sqlite", "postgres"), default=["sqlite", "postgres"])
+    parser.add_argument("--workers", nargs="+", type=int, default=[1, 2], help="gateway worker processes")
+    parser.add_argument("--policies", nargs="+", default=["always", "knn-ucb"], help="router policies")
+    parser.add_argument("--route-only", action="store_true", help="also measure POST /route (no forwarding)")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (medians over them)")
+    parser.add_argument("--sequential", type=int, default=300, help="sequential requests per round")
+    parser.add_argument("--seconds", type=float, default=10.0, help="throughput run length per round")
+    parser.add_argument(
+        "--concurrency", type=int, default=16, help="requests in flight in the throughput run"
+    )
+    parser.add_argument("--prompts", type=int, default=32, help="distinct prompts (embedded in the warm-up)")
+    parser.add_argument("--upstream-delay-ms", type=float, default=0.7)
+    parser.add_argument("--embedder", default="minilm")
+    parser.add_argument(
+        "--pg", default="postgresql://postgres@127.0.0.1:5432", help="server URL, no database"
+    )
+    parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
+    parser.add_argument("--json", default=None, help="write the JSON report here")
+    parser.add_argument("--quiet", action="store_true")
+    parser.set_defaults(handler=gateway_main)

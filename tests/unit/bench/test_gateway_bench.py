@@ -1,0 +1,41 @@
+"""``bench gateway``'s arithmetic: medians over rounds, overhead net of the upstream, ratios to the bare proxy."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from bench.gateway_bench import summarise, tree_cpu_seconds
+
+
+def test_overheads_are_medians_net_of_the_upstream_and_ratios_are_against_the_bare_proxy() -> None:
+    rounds = [
+        {
+            "up": {"p50_ms": 1.0, "req_per_s": 900, "cpu_ms_per_req": 0.3},
+            "bare": {"p50_ms": 3.0, "req_per_s": 600, "cpu_ms_per_req": 1.0},
+            "gw": {"p50_ms": 9.0, "req_per_s": 100, "cpu_ms_per_req": 9.0},
+        },
+        {
+            "up": {"p50_ms": 2.0, "req_per_s": 800, "cpu_ms_per_req": 0.4},
+            "bare": {"p50_ms": 4.0, "req_per_s": 500, "cpu_ms_per_req": 1.2},
+            "gw": {"p50_ms": 7.0, "req_per_s": 200, "cpu_ms_per_req": 7.0},
+        },
+        {
+            "up": {"p50_ms": 1.5, "req_per_s": 700, "cpu_ms_per_req": 0.2},
+            "bare": {"p50_ms": 3.5, "req_per_s": 400, "cpu_ms_per_req": 1.1},
+            "gw": {"p50_ms": 11.5, "req_per_s": 150, "cpu_ms_per_req": 8.0},
+        },
+    ]
+    out = summarise(rounds, "up", "bare")
+    assert out["bare"]["overhead_p50_ms"] == 2.0  # per round 2, 2, 2
+    assert out["gw"]["overhead_p50_ms"] == 8.0  # per round 8, 5, 10 -> median 8
+    assert out["gw"]["overhead_x_bare"] == 4.0
+    assert out["gw"]["req_per_s"] == 150 and out["gw"]["req_per_s_x_bare"] == pytest.approx(150 / 500)
+    assert out["gw"]["cpu_ms_per_req"] == 8.0
+
+
+def test_tree_cpu_counts_this_process() -> None:
+    before = tree_cpu_seconds(os.getpid())
+    sum(i * i for i in range(2_000_000))  # burn some CPU
+    assert tree_cpu_seconds(os.getpid()) > before
