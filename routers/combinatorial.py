@@ -339,7 +339,8 @@ def confidence_radius(n: np.ndarray, round_: int, num_arms: int, delta: float) -
 class C2MABV(SetBandit):
     """C2MAB-V (Algorithm 1). Extra hyperparameters: ``alpha_reward`` alpha_mu (1.0), ``alpha_cost``
     alpha_c (0.01; the paper's setting (1, 0.01) of Fig. 8), ``delta`` (None: 1 / ``horizon``),
-    ``horizon`` (10000), ``batch_size`` B (1), ``direct`` (False). See ``SetBandit`` for the rest."""
+    ``horizon`` T (10000; ``bench run`` passes its own T unless the spec sets one, the gateway keeps the
+    configured value), ``batch_size`` B (1), ``direct`` (False). See ``SetBandit`` for the rest."""
 
     name: ClassVar[str] = "c2mab-v"
 
