@@ -362,8 +362,9 @@ class MixtureGreedy(MixturePolicyBase):
 
     ``solver="exact"``: the exact simplex QP for rke/kid, scipy SLSQP with the analytic gradient
     (warm-started from alpha_{t-1}) for vendi/fd. ``solver="eg"``: ``eg_steps`` exponentiated-gradient
-    steps from the proportions n / sum(n) with eta_k = ``eg_eta`` / sqrt(k + 1) (the reference code's
-    inexact solve). ``alpha_floor`` (default 0, off as in the paper) mixes the weights with the uniform
+    steps (eq. 13) from the proportions n / sum(n) with eta_k = ``eg_eta`` / sqrt(k + 1): the authors'
+    public code's inexact solve, not the paper's (paper 003 §4 starts EG from the uniform distribution
+    with an unstated fixed step size). ``alpha_floor`` (default 0, off as in the paper) mixes the weights with the uniform
     distribution so that every alpha_i >= alpha_floor: cheap insurance against starving an arm on
     objectives whose optimum is on the boundary (spec §6.5). Default warm start ``init_pulls`` = 5.
     """
