@@ -4,10 +4,15 @@ Values parse as JSON numbers or booleans (``1``, ``0.5``, ``1e-3``, ``true``, ``
 kept as a string. The harness's ``--lambda L`` (reward units per USD) reaches a policy as the
 hyperparameter ``cost_weight`` when the policy class declares ``cost_aware = True`` and the spec sets
 neither ``cost_weight`` nor ``lambda``; a spec's own ``lambda=...`` is renamed to ``cost_weight``.
+Likewise the run's length T reaches a policy as ``horizon`` when its class's constructor takes a
+``horizon`` argument (PAK-UCB's bonus weight, C2MAB-V's and CUCB's delta = 1 / T, BALROG's total query
+budget B = beta T) and neither the spec nor a preset sets one; where T is unknown (the gateway) the
+policy keeps its configured ``horizon``.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -17,6 +22,7 @@ from routers.base import Policy, PolicyConfigError
 from routers.registry import POLICIES, build_policy
 
 COST_WEIGHT = "cost_weight"
+HORIZON = "horizon"
 
 
 @dataclass(frozen=True)
@@ -54,15 +60,33 @@ def parse_spec(text: str) -> PolicySpec:
     return PolicySpec(text=text, name=name, params=params)
 
 
+def policy_class(name: str) -> Any:
+    """The class behind a registered factory: presets are ``functools.partial`` over it, ``retrying``
+    factories name it in ``policy_class``; None for an unknown name."""
+    factory = POLICIES.get(name)
+    factory = getattr(factory, "func", factory)
+    return getattr(factory, "policy_class", factory)
+
+
 def is_cost_aware(name: str) -> bool:
     """Whether the registered factory's class declares ``cost_aware = True``."""
-    factory = POLICIES.get(name)
-    cls = getattr(factory, "func", factory)  # presets are functools.partial over the class
-    return bool(getattr(cls, "cost_aware", False))
+    return bool(getattr(policy_class(name), "cost_aware", False))
 
 
-def hyperparameters(spec: PolicySpec, cost_weight: float | None) -> dict[str, Any]:
-    """The keyword arguments for the factory: the spec's, plus ``cost_weight`` from ``--lambda``."""
+def takes_horizon(name: str) -> bool:
+    """Whether the registered factory's class takes a ``horizon`` hyperparameter."""
+    cls = policy_class(name)
+    try:
+        return cls is not None and HORIZON in inspect.signature(cls).parameters
+    except (TypeError, ValueError):  # no introspectable signature
+        return False
+
+
+def hyperparameters(
+    spec: PolicySpec, cost_weight: float | None, horizon: int | None = None
+) -> dict[str, Any]:
+    """The keyword arguments for the factory: the spec's, plus ``cost_weight`` from ``--lambda`` and
+    ``horizon`` from the run's length T (see the module doc)."""
     params = dict(spec.params)
     if "lambda" in params:
         if COST_WEIGHT in params:
@@ -73,11 +97,15 @@ def hyperparameters(spec: PolicySpec, cost_weight: float | None) -> dict[str, An
     absent = COST_WEIGHT not in params and COST_WEIGHT not in preset
     if cost_weight is not None and absent and is_cost_aware(spec.name):
         params[COST_WEIGHT] = cost_weight
+    if horizon is not None and HORIZON not in params and HORIZON not in preset and takes_horizon(spec.name):
+        params[HORIZON] = int(horizon)
     return params
 
 
-def build_from_spec(spec: PolicySpec, arms: Sequence[str], seed: int, cost_weight: float | None) -> Policy:
-    return build_policy(spec.name, arms, seed, hyperparameters(spec, cost_weight))
+def build_from_spec(
+    spec: PolicySpec, arms: Sequence[str], seed: int, cost_weight: float | None, horizon: int | None = None
+) -> Policy:
+    return build_policy(spec.name, arms, seed, hyperparameters(spec, cost_weight, horizon))
 
 
 def check_specs(specs: Sequence[PolicySpec], arms: Sequence[str], cost_weight: float | None) -> None:

@@ -82,7 +82,7 @@ def replay(
     lo, hi = dataset.reward_range
     threshold = (lo + hi) / 2 if success_threshold is None else float(success_threshold)
     schedule = build_schedule(dataset.model_names, events, horizon)
-    probes = [build_from_spec(spec, schedule.initial, 0, cost_weight) for spec in specs]
+    probes = [build_from_spec(spec, schedule.initial, 0, cost_weight, horizon) for spec in specs]
     scale = normalisation_scale(dataset.cost)
     problems = [set_problem(p, len(schedule.initial), scale) for p in probes if isinstance(p, SetBandit)]
     usd, source = run_budget(budget, scale, dataset.budget, problems)
@@ -113,7 +113,7 @@ def replay(
             ref_names["oracle_cascade"].add("oracle cascade")
         for spec in specs:
             bar.set_description(f"{spec.text} seed {seed}")
-            policy = build_from_spec(spec, schedule.initial, seed, cost_weight)
+            policy = build_from_spec(spec, schedule.initial, seed, cost_weight, horizon)
             start = time.perf_counter()
             runs[spec.text].append(run_policy(policy, env, draws, max_calls=max_calls, progress=bar.update))
             wall[spec.text] += time.perf_counter() - start

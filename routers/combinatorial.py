@@ -13,10 +13,16 @@ therefore holds in expectation, not per round (spec 8.7). AWC is a cascade: the 
 cascade order (cheapest cbar first by default) and the caller stops at the first reward >=
 ``success_threshold``.
 
-Costs: an observation's ``cost`` is USD; the policy normalises by a scale (spec 5.4, H1): ``cost_scale``
-if given, else the largest of ``prices``, else the running mean over rounds of the largest
-``Context.costs`` (the expected cost of the most expensive model), else the largest observed mean
-cost. The budget ``budget`` (rho) is therefore a fraction of the most expensive model's mean cost;
+Costs: an observation's ``cost`` is USD; the policy normalises by a scale (spec 5.4, H1), the largest
+reference cost among the policy's *current* arms (``cost_scale`` overrides it with a fixed USD amount):
+
+    scale = max_{k in current arms} C_k,   C_k = prices[k] if priced, else the mean of the
+            Context.costs[k] the policy was shown, else the mean observed cost of k
+
+The budget ``budget`` (rho) therefore means: per round, at most rho times one call to the most expensive
+model the router has now. Removing that model rescales rho to the next priciest one; adding it back
+restores the same scale, because a model's mean expected cost is remembered across its removal (its
+reward statistics are not). A request restricted by ``Context.arms`` does not change the scale.
 ``cost_normalization="none"`` uses costs as reported.
 
 Variants: ``batch_size`` B > 1 recomputes z every B rounds and re-rounds it each round (App. E.3, the
@@ -53,8 +59,9 @@ class SetBandit(PolicyBase):
     rounding, cascade order, state. Subclasses implement ``_choose``.
 
     Hyperparameters: ``reward`` "awc" | "suc" | "aic"; ``max_models`` N (None: min(4, number of models));
-    ``budget`` rho in normalised cost units (None: the paper's 0.45 / 0.5 / 0.3); ``prices`` {model: USD}
-    (normalisation scale and the "price" cascade order); ``cost_scale`` USD (overrides the scale);
+    ``budget`` rho in normalised cost units, i.e. a fraction of one call to the priciest current model
+    (None: the paper's 0.45 / 0.5 / 0.3); ``prices`` {model: USD per call} (reference costs of the scale
+    and the "price" cascade order); ``cost_scale`` USD (a fixed scale, overriding the current arms');
     ``cost_normalization`` "max-price" | "none"; ``cascade_order`` "cost" | "price" | "reward";
     ``success_threshold`` (0.5: a correct answer in the paper's graded rewards); ``solver`` "auto" |
     "enumerate" | "greedy" for AWC (auto: enumeration while at most ``max_vertices`` vertices, else
@@ -154,7 +161,8 @@ class SetBandit(PolicyBase):
         }
         self.round = 0
         self._stats: dict[str, list[float]] = {a: [0.0] * 4 for a in self._arms}  # sum r, n r, sum c, n c
-        self._scale_seen = [0.0, 0.0]  # sum and count of the largest Context.costs per round
+        # per model: sum and count of the Context.costs it was shown (kept across its removal)
+        self._expected_costs: dict[str, list[float]] = {}
 
     # --- statistics ----------------------------------------------------------------------------------
 
@@ -168,22 +176,34 @@ class SetBandit(PolicyBase):
         """N = ``max_models`` or min(4, number of models), capped at the k candidates."""
         return min(self.max_models if self.max_models is not None else min(4, len(self._arms)), k)
 
-    def _scale(self, arms: Sequence[str], context: Context) -> float:
+    def _scale(self, context: Context) -> float:
+        """USD of one normalised cost unit: ``cost_scale``, else max over the current arms of C_k (module
+        doc); 1 when no current arm has a positive reference cost. Folds this round's ``Context.costs``."""
         if self.cost_normalization == "none":
             return 1.0
         if self.cost_scale is not None:
             return self.cost_scale
-        if self.prices:
-            return max(max(self.prices.values()), 1e-300)
-        if context.costs:
-            known = [float(context.costs[a]) for a in arms if a in context.costs]
-            if known and max(known) > 0:
-                self._scale_seen[0] += max(known)
-                self._scale_seen[1] += 1.0
-        if self._scale_seen[1] > 0:
-            return self._scale_seen[0] / self._scale_seen[1]
-        means = [s[2] / s[3] for s in self._stats.values() if s[3] > 0]
-        return max(means) if means and max(means) > 0 else 1.0
+        for arm, cost in (context.costs or {}).items():
+            if arm in self._stats:
+                seen = self._expected_costs.setdefault(arm, [0.0, 0.0])
+                seen[0] += float(cost)
+                seen[1] += 1.0
+        references = [c for c in (self.reference_cost(a) for a in self._arms) if c is not None]
+        largest = max(references, default=0.0)
+        return largest if largest > 0 else 1.0
+
+    def reference_cost(self, arm: str) -> float | None:
+        """C_k in USD per call: the arm's price, else its mean expected cost, else its mean observed cost
+        (None while none is known)."""
+        if arm in self.prices:
+            return self.prices[arm]
+        seen = self._expected_costs.get(arm)
+        if seen is not None and seen[1] > 0:
+            return seen[0] / seen[1]
+        stats = self._stats.get(arm)
+        if stats is not None and stats[3] > 0:
+            return stats[2] / stats[3]
+        return None
 
     def estimates(self, arms: Sequence[str], scale: float) -> dict[str, np.ndarray]:
         """muhat, n_mu, chat (normalised, clipped to [0, 1]), n_c for ``arms``."""
@@ -255,7 +275,7 @@ class SetBandit(PolicyBase):
         }
         if not arms:
             return Decision(arms=[], mode="set", info={**info, "reason": "no candidate arm"})
-        scale = self._scale(arms, context)
+        scale = self._scale(context)
         est = self.estimates(arms, scale)
         chosen, z, mu_index, c_index, extra = self._choose(arms, est, context, self._rng(context))
         ordered = self.order(chosen, arms, mu_index, c_index, context)
@@ -285,13 +305,15 @@ class SetBandit(PolicyBase):
         return {
             "round": self.round,
             "stats": {a: list(s) for a, s in self._stats.items()},
-            "scale_seen": list(self._scale_seen),
+            "expected_costs": {a: list(c) for a, c in self._expected_costs.items()},
         }
 
     def _load(self, learned: Mapping[str, Any]) -> None:
         self.round = int(learned.get("round", 0))
         self._stats = {a: [float(v) for v in s] for a, s in learned.get("stats", {}).items()}
-        self._scale_seen = [float(v) for v in learned.get("scale_seen", [0.0, 0.0])]
+        self._expected_costs = {
+            a: [float(v) for v in c] for a, c in learned.get("expected_costs", {}).items()
+        }
         for arm in self._arms:
             self._on_add_arm(arm)
 
@@ -317,7 +339,8 @@ def confidence_radius(n: np.ndarray, round_: int, num_arms: int, delta: float) -
 class C2MABV(SetBandit):
     """C2MAB-V (Algorithm 1). Extra hyperparameters: ``alpha_reward`` alpha_mu (1.0), ``alpha_cost``
     alpha_c (0.01; the paper's setting (1, 0.01) of Fig. 8), ``delta`` (None: 1 / ``horizon``),
-    ``horizon`` (10000), ``batch_size`` B (1), ``direct`` (False). See ``SetBandit`` for the rest."""
+    ``horizon`` T (10000; ``bench run`` passes its own T unless the spec sets one, the gateway keeps the
+    configured value), ``batch_size`` B (1), ``direct`` (False). See ``SetBandit`` for the rest."""
 
     name: ClassVar[str] = "c2mab-v"
 

@@ -14,8 +14,13 @@ n <= window.
 
 Hyperparameters: ``kernel`` "poly" ((gamma <x, x'> + c)^degree, degree 3, c = 1) or "rbf"
 (exp(-gamma ||x - x'||^2)); ``gamma`` (default 1); ``alpha`` (ridge, default 1); ``eta`` (bonus weight;
-default sqrt(2 ln(2 T G / delta)) with T = ``horizon`` (default 10000), G = the number of arms, delta =
-0.05, the reference code's choice); ``window`` (default 1000); ``dim`` (inferred when omitted).
+default sqrt(2 ln(2 T G / delta)) with T = ``horizon``, G = the number of arms, delta = 0.05, the
+reference code's choice); ``window`` (default 1000); ``dim`` (inferred when omitted).
+
+``horizon`` T is the run length. ``bench run`` passes its own T when the spec does not set one
+(``bench.policy_spec``). The gateway does not know T: a router uses its configured ``horizon`` (default
+10000), so set it to the number of decisions the router is expected to serve. A wrong guess costs
+little: eta grows as sqrt(ln T) (G = 3: eta = 5.29 at T = 1e4, 5.71 at T = 1e5, 4.84 at T = 1e3).
 """
 
 from __future__ import annotations

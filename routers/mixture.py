@@ -10,6 +10,11 @@ info={"weights": {arm: w}, ...})``.
 Every policy first pulls each candidate arm ``init_pulls`` times round robin (the arm with the fewest
 observed samples, ties by position; warm start, paper 002 Alg. 1 / paper 003 §5). Counts are of *observed*
 outputs, so a caller that selects again before feeding back the output gets the same warm-up arm.
+Feedback about an arm that carries no output embedding (a reward-only event, an empty answer) is counted
+too: once an arm has had ``max_missing_outputs`` such feedbacks (default 2 x ``init_pulls``) the warm-up
+stops waiting for it, and an arm left without a single output is left out of the mixture (its loss is
+undefined) and listed in ``info["without_output"]``; when no candidate has an output the policy samples
+the candidates uniformly (``info["phase"] = "no-output"``). Removing and re-adding an arm resets its count.
 
 Confidence bonus, shared by every UCB variant (paper 002 eq. 7, with the 1/n quality bonus of its code):
     eps_i = delta_l * sqrt(beta * log t / (2 n_i)) + delta_kappa / n_i + quality_weight * delta_g / n_i
@@ -52,7 +57,9 @@ class MixturePolicyBase(PolicyBase):
     (Gaussian sigma, on the raw embedding scale), ``reference`` (list of reference embeddings, needed for
     kid, fd and quality terms), ``quality`` (None | precision | density), ``quality_weight`` (lambda),
     ``quality_k``, ``feature`` (cosine | rff, for vendi), ``rff_dim``, ``max_samples_per_arm`` (reservoir
-    cap of the kernel objectives; None = keep everything), ``fd_eps``; and ``init_pulls`` (n0 >= 1).
+    cap of the kernel objectives; None = keep everything), ``fd_eps``; ``init_pulls`` (n0 >= 1) and
+    ``max_missing_outputs`` (feedbacks without an output embedding after which the warm-up gives up on an
+    arm; None: 2 n0; see the module doc).
     """
 
     name: ClassVar[str] = "mixture-base"
@@ -72,12 +79,18 @@ class MixturePolicyBase(PolicyBase):
         max_samples_per_arm: int | None = 4096,
         fd_eps: float = 1e-6,
         init_pulls: int = 5,
+        max_missing_outputs: int | None = None,
     ) -> None:
         super().__init__(arms, seed)
         require(objective in OBJECTIVES, f"objective must be one of {OBJECTIVES}, got {objective!r}")
         require(
             isinstance(init_pulls, int) and init_pulls >= 1,
             f"init_pulls must be an int >= 1, got {init_pulls!r}",
+        )
+        require(
+            max_missing_outputs is None
+            or (isinstance(max_missing_outputs, int) and max_missing_outputs >= 1),
+            f"max_missing_outputs must be None or an int >= 1, got {max_missing_outputs!r}",
         )
         ref_list = None if reference is None else np.asarray(reference, dtype=np.float64).tolist()
         options: dict[str, Any] = {
@@ -96,31 +109,50 @@ class MixturePolicyBase(PolicyBase):
         for arm in self._arms:
             self.objective.add_arm(arm)
         self.init_pulls = init_pulls
-        self.config = {**options, "init_pulls": init_pulls}
+        self.max_missing_outputs = 2 * init_pulls if max_missing_outputs is None else max_missing_outputs
+        self.config = {**options, "init_pulls": init_pulls, "max_missing_outputs": max_missing_outputs}
         self._last_weights: dict[str, float] = {}  # last solution: warm start of the next solve
+        self._missing: dict[str, int] = {}  # per arm: feedbacks that carried no output embedding
 
     # --- the contract -------------------------------------------------------------------------------
     def select(self, context: Context) -> Decision:
-        """Warm-up: the candidate with the fewest observed outputs while any has fewer than n0 (round
-        robin, paper 002 Alg. 1 lines 1-2, paper 003 §5); then the subclass's rule (``_decide``)."""
+        """Warm-up: the candidate with the fewest observed outputs among those with fewer than n0 and fewer
+        than ``max_missing_outputs`` feedbacks without one (round robin, paper 002 Alg. 1 lines 1-2, paper
+        003 §5); then the subclass's rule (``_decide``) over the candidates with at least one output."""
         arms = candidate_arms(self._arms, context)
         if not arms:
             return Decision(arms=[], mode="mixture", info={"reason": "no candidate arm"})
         idx = self.objective.indices(arms)
         counts = self.objective.counts[idx]
-        if int(counts.min()) < self.init_pulls:
-            chosen = arms[int(np.argmin(counts))]
+        missing = np.array([self._missing.get(a, 0) for a in arms])
+        waiting = (counts < self.init_pulls) & (missing < self.max_missing_outputs)
+        scores = {a: {"n": float(c)} for a, c in zip(arms, counts, strict=True)}
+        if waiting.any():
+            chosen = arms[int(np.argmin(np.where(waiting, counts, np.iinfo(np.int64).max)))]
             weights = {a: float(a == chosen) for a in arms}
-            scores = {a: {"n": float(c)} for a, c in zip(arms, counts, strict=True)}
             return Decision(
                 arms=[chosen], mode="mixture", scores=scores, info={"weights": weights, "phase": "warm-up"}
             )
-        return self._decide(arms, idx, context)
+        silent = [a for a, c in zip(arms, counts, strict=True) if c == 0]
+        if len(silent) == len(arms):
+            uniform = np.full(len(arms), 1.0 / len(arms))
+            return self._sample(
+                arms, uniform, context, scores, {"phase": "no-output", "without_output": silent}
+            )
+        if silent:
+            arms = [a for a in arms if a not in silent]
+            idx = self.objective.indices(arms)
+        decision = self._decide(arms, idx, context)
+        decision.info["without_output"] = silent
+        return decision
 
     def update(self, observation: Observation) -> None:
-        """Fold the output embedding of the called arm; feedback without one (or for an unknown arm) is
-        ignored."""
-        if observation.output_embedding is None or observation.arm not in self._arms:
+        """Fold the output embedding of the called arm; feedback without one is counted as a missing
+        output (module doc); feedback for an unknown arm is ignored."""
+        if observation.arm not in self._arms:
+            return
+        if observation.output_embedding is None:
+            self._missing[observation.arm] = self._missing.get(observation.arm, 0) + 1
             return
         self.objective.observe(observation.arm, observation.output_embedding)
 
@@ -130,14 +162,20 @@ class MixturePolicyBase(PolicyBase):
     def _on_remove_arm(self, arm: str) -> None:
         self.objective.remove_arm(arm)
         self._last_weights.pop(arm, None)
+        self._missing.pop(arm, None)
 
     def _state(self) -> dict[str, Any]:
-        return {"objective": self.objective.state(), "last_weights": dict(self._last_weights)}
+        return {
+            "objective": self.objective.state(),
+            "last_weights": dict(self._last_weights),
+            "missing_outputs": dict(self._missing),
+        }
 
     def _load(self, learned: Mapping[str, Any]) -> None:
         if "objective" in learned:
             self.objective.load(learned["objective"])
         self._last_weights = {a: float(w) for a, w in learned.get("last_weights", {}).items()}
+        self._missing = {a: int(n) for a, n in learned.get("missing_outputs", {}).items()}
 
     # --- helpers for subclasses ---------------------------------------------------------------------
     def _decide(self, arms: list[str], idx: np.ndarray, context: Context) -> Decision:
@@ -324,8 +362,9 @@ class MixtureGreedy(MixturePolicyBase):
 
     ``solver="exact"``: the exact simplex QP for rke/kid, scipy SLSQP with the analytic gradient
     (warm-started from alpha_{t-1}) for vendi/fd. ``solver="eg"``: ``eg_steps`` exponentiated-gradient
-    steps from the proportions n / sum(n) with eta_k = ``eg_eta`` / sqrt(k + 1) (the reference code's
-    inexact solve). ``alpha_floor`` (default 0, off as in the paper) mixes the weights with the uniform
+    steps (eq. 13) from the proportions n / sum(n) with eta_k = ``eg_eta`` / sqrt(k + 1): the authors'
+    public code's inexact solve, not the paper's (paper 003 §4 starts EG from the uniform distribution
+    with an unstated fixed step size). ``alpha_floor`` (default 0, off as in the paper) mixes the weights with the uniform
     distribution so that every alpha_i >= alpha_floor: cheap insurance against starving an arm on
     objectives whose optimum is on the boundary (spec §6.5). Default warm start ``init_pulls`` = 5.
     """

@@ -1,5 +1,7 @@
 """C2MAB-V and the set baselines: decisions, updates, normalisation, variants."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -85,17 +87,67 @@ def test_updates_touch_only_the_called_model_and_costs_are_normalised():
     policy = C2MABV(ARMS, seed=0, prices=PRICES)
     _feed(policy, "gpt-4", 0.5, 0.12)
     _feed(policy, "gpt-3.5", 0.3, 0.01)
-    est = policy.estimates(ARMS, policy._scale(ARMS, Context(embedding=X)))
+    est = policy.estimates(ARMS, policy._scale(Context(embedding=X)))
     assert est["n_mu"].tolist() == [0, 1, 0, 0, 0, 0, 0, 0, 1]
     assert est["c"][ARMS.index("gpt-4")] == pytest.approx(1.0)
     assert est["c"][ARMS.index("gpt-3.5")] == pytest.approx(0.01 / 0.12)
 
 
-def test_scale_from_context_costs_is_a_running_mean_of_the_most_expensive():
+def test_scale_from_context_costs_is_the_largest_running_mean_expected_cost():
     policy = C2MABV(ARMS, seed=0)
     policy.select(Context(embedding=X, costs={"gpt-4": 0.2, "llama-2-7b": 0.01}))
     policy.select(Context(embedding=X, costs={"gpt-4": 0.1, "llama-2-7b": 0.01}))
     assert policy.select(Context(embedding=X)).info["cost_scale"] == pytest.approx(0.15)
+
+
+def test_price_scale_counts_the_current_arms_only():
+    policy = C2MABV(ARMS, seed=0, prices=PRICES)
+    assert policy.select(Context(embedding=X)).info["cost_scale"] == pytest.approx(0.12)  # gpt-4
+    policy.remove_arm("gpt-4")
+    assert policy.select(Context(embedding=X)).info["cost_scale"] == pytest.approx(0.08)  # claude-2
+    policy.add_arm("gpt-4")
+    assert policy.select(Context(embedding=X)).info["cost_scale"] == pytest.approx(0.12)
+
+
+def test_removing_and_re_adding_the_priciest_arm_leaves_scale_and_decision_unchanged():
+    arms = ["small", "medium", "large"]
+    costs = {"small": 0.01, "medium": 0.04, "large": 0.2}
+    without_large = {a: c for a, c in costs.items() if a != "large"}
+
+    def trained() -> C2MABV:
+        policy = C2MABV(
+            arms,
+            seed=0,
+            reward="suc",
+            max_models=1,
+            budget=0.25,
+            alpha_reward=0.0,
+            alpha_cost=0.0,
+            direct=True,
+        )
+        for arm, reward in (("small", 0.3), ("medium", 0.8), ("large", 0.9)):
+            _feed(policy, arm, reward, costs[arm], times=20)
+        for _ in range(3):
+            policy.select(Context(embedding=X, costs=costs))
+        return policy
+
+    policy, twin = trained(), trained()
+    assert policy.select(Context(embedding=X, costs=costs)).info["cost_scale"] == pytest.approx(0.2)
+    twin.select(Context(embedding=X, costs=costs))
+    policy.remove_arm("large")
+    # the scale follows the current arms: the priciest left is "medium"
+    assert policy.select(Context(embedding=X, costs=without_large)).info["cost_scale"] == pytest.approx(0.04)
+    twin.select(Context(embedding=X, costs=costs, arms=["small", "medium"]))
+    for _ in range(10):
+        policy.select(Context(embedding=X, costs=without_large))
+        twin.select(Context(embedding=X, costs=costs, arms=["small", "medium"]))
+    policy.add_arm("large")
+    same = Context(embedding=X, costs=costs, arms=["small", "medium"])
+    decisions = [p.select(replace(same, rng=np.random.default_rng(7))) for p in (policy, twin)]
+    assert [d.info["cost_scale"] for d in decisions] == pytest.approx([0.2, 0.2])
+    # "medium" (the better arm) costs 0.04 / 0.2 = 0.2 <= rho = 0.25 under the restored scale
+    assert decisions[0].arms == decisions[1].arms == ["medium"]
+    assert decisions[0].info["z"] == decisions[1].info["z"]
 
 
 def test_batched_variant_reuses_z_for_b_rounds():

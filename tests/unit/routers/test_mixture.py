@@ -71,6 +71,39 @@ def test_output_embedding_is_the_feedback() -> None:
     assert policy.select(CTX).arms == ["a"]  # the arm still without a sample
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_an_arm_that_never_returns_an_output_is_given_up_after_the_bound(name: str) -> None:
+    # default bound: 2 x init_pulls = 4 feedbacks without an output embedding
+    policy = build_policy(name, list(CENTRES), seed=0, hyperparameters={"init_pulls": 2, "bandwidth": 1.0})
+    rng = np.random.default_rng(0)
+    chosen = []
+    for _ in range(30):
+        decision = policy.select(CTX)
+        arm = decision.arms[0]
+        chosen.append(arm)
+        output = None if arm == "c" else _draw(arm, rng)
+        policy.update(Observation(embedding=CTX.embedding, arm=arm, reward=1.0, output_embedding=output))
+    assert chosen[:8] == ["a", "b", "c", "c", "c", "c", "a", "b"]
+    assert "c" not in chosen[8:]
+    assert decision.info["without_output"] == ["c"] and "c" not in decision.info["weights"]
+    restored = restore_policy(decode_state(encode_state(policy.state_dict())))
+    assert restored.select(CTX).info["without_output"] == ["c"]
+
+
+def test_the_missing_output_bound_is_a_hyperparameter_and_all_silent_arms_get_uniform_weights() -> None:
+    policy = build_policy("mixture-greedy", ["a", "b"], seed=0, hyperparameters={"max_missing_outputs": 1})
+    chosen = []
+    for _ in range(2):
+        arm = policy.select(CTX).arms[0]
+        chosen.append(arm)
+        policy.update(Observation(embedding=CTX.embedding, arm=arm, reward=0.5))
+    assert chosen == ["a", "b"]
+    decision = policy.select(CTX)
+    assert decision.info["phase"] == "no-output" and decision.info["weights"] == {"a": 0.5, "b": 0.5}
+    with pytest.raises(PolicyConfigError, match="max_missing_outputs"):
+        build_policy("mixture-greedy", ["a"], hyperparameters={"max_missing_outputs": 0})
+
+
 def test_cab_weights_are_the_qp_with_bonus_subtracted() -> None:
     policy = build_policy(
         "mixture-ucb-cab", list(CENTRES), hyperparameters={"bandwidth": 1.0, "delta_l": 0.3}
