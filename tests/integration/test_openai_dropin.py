@@ -166,7 +166,8 @@ async def test_a_backend_called_by_name_is_a_direct_decision(stack: Stack, fake:
     async with running(app) as client:
         routed = await add_backend(client, fake, "ok", usd_per_call=0.5)
         direct = await add_backend(client, fake, "ok", usd_per_call=0.001)
-        key = await add_tenant(client, [routed, direct])
+        tenant = unique("t")
+        key = await add_tenant(client, [routed, direct], tenant=tenant)
         llm = openai_client(app, key)
 
         raw = await llm.chat.completions.with_raw_response.create(model=direct, messages=MESSAGES, seed=11)
@@ -218,6 +219,20 @@ async def test_a_backend_called_by_name_is_a_direct_decision(stack: Stack, fake:
         )
         state = (await client.post("/route", json={"prompt": PROMPT}, headers=bearer(key))).json()
         assert state["scores"][direct]["n"] == 0 and state["scores"][routed]["n"] == 0
+
+        # No cascade to walk: there is no policy to ask for a next model.
+        walked = await client.post(f"/route/{decision_id}/next", json={}, headers=bearer(key))
+        assert walked.status_code == 200 and walked.json()["stop"] is True
+
+        # The admin logs show it, of no router: the data to import as logged outcomes later.
+        logged = (await client.get(f"/admin/decisions/{decision_id}", headers=admin_headers())).json()
+        assert (logged["router"], logged["policy"], logged["models"]) == (None, "direct", [direct])
+        assert [(f["kind"], f["router"]) for f in logged["feedback"]] == [("cost", None), ("bandit", None)]
+        page = await client.get("/admin/feedback", params={"tenant": tenant}, headers=admin_headers())
+        assert [(f["decision_id"], f["kind"]) for f in page.json()["items"]][:2] == [
+            (decision_id, "bandit"),
+            (decision_id, "cost"),
+        ]
 
         # Streamed, the same decision kind; the first chunk names it.
         stream = await llm.chat.completions.create(model=direct, messages=MESSAGES, stream=True)
