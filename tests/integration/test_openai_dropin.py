@@ -14,6 +14,7 @@ from fastapi import FastAPI
 from sqlalchemy import select
 
 from app.store.models import DecisionRow
+from routers.registry import POLICIES
 from tests.conftest import ADMIN_KEY, Stack, admin_headers, bearer, running, unique
 from tests.fake_backend import USAGE, FakeBackends
 from tests.integration.test_forwarding import (
@@ -21,6 +22,7 @@ from tests.integration.test_forwarding import (
     PRICE_OUT,
     PROMPT,
     USAGE_COST,
+    Everyone,
     add_backend,
     add_tenant,
     attempts_of,
@@ -365,6 +367,32 @@ async def test_streamed_usage_when_asked(sqlite_stack: Stack, fake: FakeBackends
 
         plain = await llm.chat.completions.create(model="router", messages=MESSAGES, stream=True)
         assert all(c.usage is None for c in [c async for c in plain])
+
+
+async def test_a_streamed_ensemble_without_usage_gets_the_estimate(
+    sqlite_stack: Stack, fake: FakeBackends, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An ensemble is answered whole, then streamed; with no member's usage, the usage chunk the client
+    asked for is characters / 4 over the prompt and every member's answer, marked estimated."""
+    monkeypatch.setitem(POLICIES, "test-everyone", Everyone)
+    app = gateway_app(sqlite_stack)
+    async with running(app) as client:
+        members = [await add_backend(client, fake, "nousage") for _ in range(2)]
+        key = await add_tenant(client, members, policy="test-everyone")
+        stream = await openai_client(app, key).chat.completions.create(
+            model="router", messages=MESSAGES, stream=True, stream_options={"include_usage": True}
+        )
+        chunks = [c async for c in stream]
+        assert [c.choices[0].delta.content for c in chunks[:-1]] == ["answer from nousage"] * 2
+        field = (chunks[0].model_extra or {})["banditgate"]
+        assert (field["mode"], field["model"], field["usage_estimated"]) == ("set", ",".join(members), True)
+        usage = chunks[-1].usage
+        assert usage is not None and chunks[-1].choices == []
+        answers = 2 * len("answer from nousage")
+        assert (usage.prompt_tokens, usage.completion_tokens) == (
+            math.ceil(len(PROMPT) / 4),
+            math.ceil(answers / 4),
+        )
 
 
 # --- feedback without leaving the client ----------------------------------------------------------------
