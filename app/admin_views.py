@@ -60,7 +60,7 @@ class FeedbackItem(BaseModel):
     id: int
     decision_id: str
     tenant: str
-    router: str
+    router: str | None = Field(description="null: feedback about a direct call, folded by no router")
     model: str
     kind: str
     reward: float | None
@@ -72,7 +72,7 @@ class FeedbackItem(BaseModel):
 class DecisionItem(BaseModel):
     id: str
     tenant: str
-    router: str
+    router: str | None = Field(description="null: a direct call (model: '<backend>' on /v1), of no router")
     router_version: int
     policy: str
     model: str | None = Field(description="the first model called; null when the policy declined")

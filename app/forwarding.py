@@ -7,7 +7,12 @@ the policy is asked again with ``Context(tried=[...])`` and its next choice is c
 backend's reported token usage x its prices, plus its per-call price; characters / 4 when it reports no
 usage) is recorded as a ``cost`` feedback event through ``record_feedback``, so it is idempotent and folded
 like any other event. The decision's ``info.answered_by`` names the backend that answered; feedback
-without a ``model`` defaults to it.
+without a ``model`` defaults to it. A ``direct`` decision (a /v1 call naming a backend, made by
+``gateway.decide_direct``) is called the same way, without fallback: it has no policy to ask.
+
+The request body goes upstream untouched but for ``model`` (``tools``, ``response_format``, ``n``,
+``user``, ``seed``, ``stream_options`` and any field the gateway does not know); a stream always asks the
+backend for its usage chunk, which reaches the client only when it asked for it too.
 """
 
 from __future__ import annotations
@@ -40,6 +45,10 @@ log = logging.getLogger(__name__)
 CHAT_PATH = "/chat/completions"
 IMAGE_PATH = "/images/generations"
 DECLINED_HEADER = "x-banditgate-declined"  # on the 503 of a decision that chose no model
+BODY_FIELD = "banditgate"  # the answer's field naming its decision (see ``body_field``)
+
+
+Decided = tuple[RouteResponse, Router | None]  # a logged decision and its router (None: a direct call)
 
 
 @dataclass
@@ -77,6 +86,25 @@ class Stream:
     route: RouteResponse
     target: Target
     events: AsyncIterator[bytes]
+
+
+def body_field(route: RouteResponse, model: str) -> dict[str, Any]:
+    """The ``banditgate`` field of a /v1 answer (JSON body, first stream chunk): the decision id to post
+    feedback for without reading headers, the router that decided (null: a direct call), the decision's
+    mode and the backend(s) that answered."""
+    return {"decision_id": route.decision_id, "router": route.router, "mode": route.mode, "model": model}
+
+
+def asks_usage(body: dict[str, Any]) -> bool:
+    """Whether a streaming client asked for the usage chunk (``stream_options.include_usage``)."""
+    options = body.get("stream_options")
+    return isinstance(options, dict) and bool(options.get("include_usage"))
+
+
+def estimated_usage(prompt_chars: int, answer_chars: int) -> dict[str, int]:
+    """An OpenAI ``usage`` object from characters / 4, for a backend that reported none."""
+    tin, tout = _tokens(prompt_chars), _tokens(answer_chars)
+    return {"prompt_tokens": tin, "completion_tokens": tout, "total_tokens": tin + tout}
 
 
 def path_for(body: dict[str, Any]) -> str:
@@ -151,8 +179,8 @@ async def _call(
             return target, await ctx.backends.call_json(target, path, body, attempts)
         except BackendFailure as exc:
             failures.append(exc)
-        if len(failures) > ctx.settings.forward_max_fallbacks:
-            break
+        if len(failures) > ctx.settings.forward_max_fallbacks or route.mode == gateway.DIRECT:
+            break  # a direct call is fallback-free: the client named its backend
         model = await next_model(ctx, session, route.decision_id, request, tried)
     await save_attempts(session, route.decision_id, attempts)
     raise gave_up(route.decision_id, failures)
@@ -238,7 +266,7 @@ async def forward_json(
     tenant: Tenant,
     request: RouteRequest,
     body: dict[str, Any],
-    decided: tuple[RouteResponse, Router] | None = None,
+    decided: Decided | None = None,
 ) -> Forwarded:
     """Route (unless ``decided`` is the decision already made, with its router), call, settle; an
     ensemble or a judged cascade when the decision or its router asks for one."""
@@ -252,7 +280,7 @@ async def forward_json(
     cost = answer_cost(target, request, payload, path)
     output = mixture_output(route.mode, answer_text(payload)) if path == CHAT_PATH else None
     await settle(ctx, session, tenant, route.decision_id, target, attempts, cost, output)
-    if router.judge_url and path == CHAT_PATH:
+    if router is not None and router.judge_url and path == CHAT_PATH:
         return await _judged_cascade(
             ctx, session, tenant, request, route, body, router, target, payload, cost, attempts
         )
@@ -386,9 +414,12 @@ async def _forward_set(
     return Forwarded(route, first, payload, cost, attempts, members)
 
 
-def _rewrite(line: str, target: Target, drop_usage_chunks: bool, seen: dict[str, Any]) -> str | None:
-    """One SSE line on its way to the client: ``model`` set to the backend's name; the usage-only chunk
-    the gateway asked for itself is kept for accounting and dropped."""
+def _rewrite(
+    line: str, target: Target, drop_usage_chunks: bool, seen: dict[str, Any], field: dict[str, Any]
+) -> str | None:
+    """One SSE line on its way to the client: ``model`` set to the backend's name, ``field`` added to
+    the first chunk as ``banditgate``; the usage-only chunk the gateway asked for itself is kept for
+    accounting and dropped."""
     if not line.startswith("data:"):
         return line
     data = line[5:].strip()
@@ -411,11 +442,36 @@ def _rewrite(line: str, target: Target, drop_usage_chunks: bool, seen: dict[str,
     if drop_usage_chunks and not chunk.get("choices") and "usage" in chunk:
         return None
     chunk["model"] = target.name
+    if "chunk" not in seen:
+        seen["chunk"] = {k: chunk[k] for k in ("id", "created") if k in chunk}
+        chunk[BODY_FIELD] = field
     return "data: " + json.dumps(chunk, separators=(",", ":"))
 
 
+def _estimated_usage_chunk(
+    seen: dict[str, Any], target: Target, field: dict[str, Any], prompt_chars: int
+) -> str:
+    """The usage chunk a client asked for when the backend sent none: characters / 4, said so in
+    ``banditgate.usage_estimated``."""
+    seen["usage"] = estimated_usage(prompt_chars, int(seen.get("chars", 0)))
+    chunk = {
+        **seen.get("chunk", {}),
+        "object": "chat.completion.chunk",
+        "model": target.name,
+        "choices": [],
+        "usage": seen["usage"],
+        BODY_FIELD: {**field, "usage_estimated": True},
+    }
+    return "data: " + json.dumps(chunk, separators=(",", ":")) + "\n\n"
+
+
 async def forward_stream(
-    ctx: AppContext, session: AsyncSession, tenant: Tenant, request: RouteRequest, body: dict[str, Any]
+    ctx: AppContext,
+    session: AsyncSession,
+    tenant: Tenant,
+    request: RouteRequest,
+    body: dict[str, Any],
+    decided: Decided | None = None,
 ) -> Stream | Forwarded:
     """Open the upstream event stream (with retries and fallbacks before its first byte) and return the
     events to pass through. A client that disconnects cancels the iterator, which closes the upstream
@@ -423,18 +479,19 @@ async def forward_stream(
 
     An ensemble (a ``set`` decision) or a judged cascade needs whole answers before it can answer, so it
     is run as without ``stream`` and returned as ``Forwarded``; the caller streams that answer."""
-    route, router = await gateway.decide(ctx, session, tenant, request)
-    if (route.mode == "set" and len(route.models) > 1) or router.judge_url:
+    route, router = decided if decided is not None else await gateway.decide(ctx, session, tenant, request)
+    if (route.mode == "set" and len(route.models) > 1) or (router is not None and router.judge_url):
         unstreamed = {**body, "stream": False}
         return await forward_json(ctx, session, tenant, request, unstreamed, decided=(route, router))
     attempts: list[AttemptRecord] = []
     given = body.get("stream_options")
     options: dict[str, Any] = given if isinstance(given, dict) else {}
-    asked_usage = bool(options.get("include_usage"))
+    asked_usage = asks_usage(body)
     upstream_body = {**body, "stream": True, "stream_options": {**options, "include_usage": True}}
     target, response = await _call(ctx, session, request, route, upstream_body, CHAT_PATH, attempts, True)
     assert isinstance(response, httpx.Response)
     prompt_chars = len(request.text())
+    field = body_field(route, target.name)
 
     async def events() -> AsyncIterator[bytes]:
         seen: dict[str, Any] = {}
@@ -442,7 +499,9 @@ async def forward_stream(
         message = ""
         try:
             async for line in response.aiter_lines():
-                out = _rewrite(line, target, not asked_usage, seen)
+                out = _rewrite(line, target, not asked_usage, seen, field)
+                if seen.get("done") and asked_usage and "usage" not in seen:
+                    yield _estimated_usage_chunk(seen, target, field, prompt_chars).encode("utf-8")
                 if out is not None:
                     yield (out + "\n").encode("utf-8")
             outcome = "ok" if seen.get("done") else "connection"

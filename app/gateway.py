@@ -30,6 +30,8 @@ from routers.base import decision_rng as keyed_rng
 log = logging.getLogger(__name__)
 
 CHARS_PER_TOKEN = 4
+DIRECT = "direct"  # the mode (and policy) of a decision that called a backend by name
+DIRECT_LABEL = "(direct)"  # the router label of direct calls in metrics: no router name has parentheses
 
 
 async def resolve_router(session: AsyncSession, tenant: Tenant, name: str | None) -> Router:
@@ -66,11 +68,13 @@ async def route(
     return (await decide(ctx, session, tenant, request))[0]
 
 
-async def decide(
-    ctx: AppContext, session: AsyncSession, tenant: Tenant, request: RouteRequest
-) -> tuple[RouteResponse, Router]:
-    """``route``, also returning the router it resolved (forwarding needs its judge)."""
-    router = await resolve_router(session, tenant, request.router)
+async def admit(ctx: AppContext, tenant: Tenant) -> None:
+    """The tenant's rate limits, checked before every decision, routed or direct. None exist yet: a
+    limiter raises a 429 here (which ``/v1`` answers in OpenAI's shape)."""
+
+
+def prompt_text(ctx: AppContext, request: RouteRequest) -> str:
+    """The request's text to embed; 413 above ``max_prompt_chars``, 422 when empty."""
     text = request.text()
     if len(text) > ctx.settings.max_prompt_chars:
         raise HTTPException(
@@ -79,6 +83,66 @@ async def decide(
         )
     if not text.strip():
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, "the prompt is empty")
+    return text
+
+
+async def tenant_backends(session: AsyncSession, tenant: Tenant) -> list[str]:
+    """The backends the tenant may call directly: the arms of its routers, sorted."""
+    arms = await session.scalars(select(Router.arms).where(Router.tenant_id == tenant.id))
+    return sorted({str(arm) for router_arms in arms for arm in router_arms})
+
+
+async def decide_direct(
+    ctx: AppContext, session: AsyncSession, tenant: Tenant, backend: str, request: RouteRequest
+) -> RouteResponse:
+    """Log a direct call of ``backend`` (an arm of one of the tenant's routers): a decision of mode
+    ``direct`` and of no router, with the prompt's embedding, so its feedback can be imported as
+    logged outcomes later; no policy is asked and none learns from it."""
+    await admit(ctx, tenant)
+    text = prompt_text(ctx, request)
+    with metrics.time_embedding():
+        embedding, digest = await ctx.embeddings.embed(text)
+    decision_id = uuid.uuid4().hex
+    info = {"mode": DIRECT, **({"seed": request.seed} if request.seed is not None else {})}
+    session.add(
+        DecisionRow(
+            id=decision_id,
+            tenant_id=tenant.id,
+            router_id=None,
+            router_version=0,
+            policy=DIRECT,
+            models=[backend],
+            query=[],
+            scores={},
+            info=info,
+            embedding=np.asarray(embedding, np.float32).tobytes(),
+            prompt_hash=digest,
+            prompt_chars=len(text),
+            request_metadata=jsonable(request.metadata),
+        )
+    )
+    await session.commit()
+    metrics.count_decision(tenant.name, DIRECT_LABEL)
+    return RouteResponse(
+        decision_id=decision_id,
+        router=None,
+        policy=DIRECT,
+        model=backend,
+        models=[backend],
+        mode=DIRECT,
+        scores={},
+        query=[],
+        info={},
+    )
+
+
+async def decide(
+    ctx: AppContext, session: AsyncSession, tenant: Tenant, request: RouteRequest
+) -> tuple[RouteResponse, Router]:
+    """``route``, also returning the router it resolved (forwarding needs its judge)."""
+    router = await resolve_router(session, tenant, request.router)
+    await admit(ctx, tenant)
+    text = prompt_text(ctx, request)
     arms = list(router.arms)
     if request.candidates is not None:
         unknown = sorted(set(request.candidates) - set(arms))
@@ -184,22 +248,23 @@ async def record_feedback(
     one transaction, commit, publish, and wait for this process to fold them."""
     found = await session.execute(
         select(DecisionRow, Router)
-        .join(Router, Router.id == DecisionRow.router_id)
+        .outerjoin(Router, Router.id == DecisionRow.router_id)
         .where(DecisionRow.id.in_({item.decision_id for item in items}), DecisionRow.tenant_id == tenant.id)
     )
     decisions: dict[str, DecisionRow] = {}
     routers: dict[int, Router] = {}
     for decision_row, router_row in found:
         decisions[decision_row.id] = decision_row
-        routers[router_row.id] = router_row
+        if router_row is not None:
+            routers[router_row.id] = router_row
 
-    resolved: list[tuple[FeedbackRequest, DecisionRow, Router, str]] = []
+    resolved: list[tuple[FeedbackRequest, DecisionRow, Router | None, str]] = []
     for position, item in enumerate(items):
         where = f"event {position}: " if len(items) > 1 else ""
         decision = decisions.get(item.decision_id)
         if decision is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"{where}decision {item.decision_id!r} not found")
-        router = routers[decision.router_id]
+        router = routers[decision.router_id] if decision.router_id is not None else None
         answered_by = (decision.info or {}).get("answered_by")  # set when the gateway forwarded it
         model = item.model or answered_by or (decision.models[0] if decision.models else None)
         if model is None:
@@ -207,6 +272,14 @@ async def record_feedback(
                 status.HTTP_422_UNPROCESSABLE_CONTENT,
                 f"{where}the decision called no model; name the model this feedback is about",
             )
+        if router is None:  # a direct call: about its backend only; no router, so no reward range
+            if model not in decision.models:
+                raise HTTPException(
+                    status.HTTP_422_UNPROCESSABLE_CONTENT,
+                    f"{where}model {model!r} is not the backend this direct call called",
+                )
+            resolved.append((item, decision, router, model))
+            continue
         allowed = set(decision.models) | set(decision.query) | set(router.arms)
         if model not in allowed:
             raise HTTPException(
@@ -223,6 +296,7 @@ async def record_feedback(
 
     accepted: list[FeedbackAccepted] = []
     fresh: list[FeedbackMessage] = []
+    unfolded: list[str] = []  # the kinds of new events about direct calls
     for item, decision, router, model in resolved:
         payload: dict[str, object] = {}
         if item.output_embedding is not None:
@@ -240,7 +314,7 @@ async def record_feedback(
         values: dict[str, object] = {
             "decision_id": decision.id,
             "tenant_id": tenant.id,
-            "router_id": router.id,
+            "router_id": router.id if router is not None else None,
             "model": model,
             "kind": item.kind,
             "reward": item.reward,
@@ -264,19 +338,22 @@ async def record_feedback(
                     .where(Probe.decision_id == decision.id, Probe.model == model, Probe.status == "pending")
                     .values(status="answered")
                 )
-            fresh.append(
-                FeedbackMessage(
-                    event_id=int(event_id or 0),
-                    router_id=router.id,
-                    decision_id=decision.id,
-                    model=model,
-                    kind=item.kind,
-                    reward=item.reward,
-                    cost=item.cost,
-                    embedding=np.frombuffer(decision.embedding, dtype=np.float32).copy(),
-                    payload=payload,
+            if router is None:  # stored, published to no one: no router folds it
+                unfolded.append(item.kind)
+            else:
+                fresh.append(
+                    FeedbackMessage(
+                        event_id=int(event_id or 0),
+                        router_id=router.id,
+                        decision_id=decision.id,
+                        model=model,
+                        kind=item.kind,
+                        reward=item.reward,
+                        cost=item.cost,
+                        embedding=np.frombuffer(decision.embedding, dtype=np.float32).copy(),
+                        payload=payload,
+                    )
                 )
-            )
         accepted.append(
             FeedbackAccepted(
                 event_id=int(event_id or 0),
@@ -289,6 +366,8 @@ async def record_feedback(
     await session.commit()
     for message in fresh:
         metrics.count_feedback(tenant.name, routers[message.router_id].name, message.kind)
+    for kind in unfolded:
+        metrics.count_feedback(tenant.name, DIRECT_LABEL, kind)
     await publish_feedback(ctx, fresh)
     return accepted
 

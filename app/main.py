@@ -6,13 +6,10 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request
-from fastapi.encoders import jsonable_encoder
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI
 from redis.asyncio import Redis
 
-from app.api import admin_backends, admin_routers, admin_tenants, feedback, health, openai, route
+from app.api import admin_backends, admin_routers, admin_tenants, errors, feedback, health, openai, route
 from app.api.admin_logs import router as admin_logs_router
 from app.api.admin_stats import router as admin_stats_router
 from app.api.metrics import RequestMetrics
@@ -29,13 +26,10 @@ from app.embedding import (
     LruEmbeddingCache,
     RedisEmbeddingCache,
 )
-from app.jsonable import jsonable
 from app.settings import Settings
 from app.state import PolicyStates
 from app.store.db import make_engine, make_sessionmaker
 from embeddings.registry import load_embedder
-
-log = logging.getLogger("banditgate")
 
 
 async def open_context(settings: Settings) -> AppContext:
@@ -123,15 +117,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.add_middleware(RequestMetrics)
     mount_dashboard(app)
 
-    @app.exception_handler(RequestValidationError)
-    async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
-        # The default handler echoes the offending input, which may be NaN or infinity: not valid JSON.
-        errors = jsonable(jsonable_encoder(exc.errors(), custom_encoder={Exception: str}))
-        return JSONResponse(status_code=422, content={"detail": errors})
-
-    @app.exception_handler(Exception)
-    async def unhandled(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return JSONResponse(status_code=500, content={"detail": "internal error; see the server log"})
-
+    errors.install(app)
     return app

@@ -228,11 +228,11 @@ class RouteRequest(Strict):
 
 class RouteResponse(BaseModel):
     decision_id: str
-    router: str
+    router: str | None = Field(description="the router that decided; null for a direct /v1 call")
     policy: str
     model: str | None = Field(description="the first model to call; null when the policy declines")
     models: list[str] = Field(description="models to call, in order (cascades and sets list several)")
-    mode: str = Field(description="single | cascade | set | mixture")
+    mode: str = Field(description="single | cascade | set | mixture; direct for a /v1 call of a backend")
     scores: dict[str, dict[str, float | None]] = Field(
         description="per-model explanation (for UCB policies: estimate, bonus, index); null = +infinity"
     )
@@ -364,3 +364,18 @@ class PendingProbe(BaseModel):
 class PendingProbes(BaseModel):
     probes: list[PendingProbe]
     next_cursor: int | None = Field(description="pass as ?cursor= for the next page; null on the last")
+
+
+# --- OpenAI-compatible model list ----------------------------------------------------------------------
+
+
+class OpenAIModel(BaseModel):
+    id: str = Field(description="'router', 'router/<name>' or a backend's name: what to send as 'model'")
+    object: Literal["model"] = "model"
+    created: int = Field(description="Unix time the router or backend was created")
+    owned_by: str = Field(description="the tenant for its routers, 'banditgate' for catalog backends")
+
+
+class OpenAIModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[OpenAIModel]

@@ -30,6 +30,11 @@ def run_migrations_offline() -> None:
 
 
 def _run(connection: Connection) -> None:
+    if connection.dialect.name == "sqlite":
+        # Batch mode rebuilds a table by dropping the old one: with foreign keys on, that drop deletes
+        # its rows first and cascades into every referencing table. Effective here, before any write
+        # opens a transaction (a pragma is a no-op inside one).
+        connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
     context.configure(connection=connection, target_metadata=target_metadata, render_as_batch=True)
     with context.begin_transaction():
         context.run_migrations()

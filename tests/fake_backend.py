@@ -4,7 +4,8 @@ It is a raw asyncio server (not a framework) running its own event loop in a thr
 real backends do wrong: hang, answer garbage, close the connection without answering, break a stream.
 Each backend is a path prefix: ``FakeBackends.url(behaviour)`` is a base URL ``http://127.0.0.1:P/<b>/v1``.
 
-Behaviours: ``ok`` (chat and image answers with usage), ``nousage`` (an answer without usage), ``hang``
+Behaviours: ``ok`` (chat and image answers with usage), ``nousage`` (answers and streams without usage,
+even when asked), ``echo`` (an ``ok`` answer whose extra field ``received`` is the request body), ``hang``
 (reads the request, never answers), ``garbage`` (200 with a body that is not JSON), ``close`` (closes the
 connection without a response), ``status-<code>`` (always that status), ``flaky-<n>`` (503 for the
 first n requests, then ``ok``), ``retryafter-<s>`` (429 with ``Retry-After: s`` once, then ``ok``), ``slowstream`` (a stream of 50 chunks 0.1 s apart that notes whether the
@@ -168,6 +169,8 @@ class FakeBackends:
         }
         if behaviour != "nousage":
             answer["usage"] = USAGE
+        if behaviour == "echo":
+            answer["received"] = body
         return answer
 
     async def _stream(
@@ -207,7 +210,7 @@ class FakeBackends:
                 self.disconnected[behaviour] = True
                 return
         writer.write(chunk(None, "stop"))
-        if (body.get("stream_options") or {}).get("include_usage"):
+        if (body.get("stream_options") or {}).get("include_usage") and behaviour != "nousage":
             usage = {
                 "id": "c1",
                 "object": "chat.completion.chunk",

@@ -75,7 +75,7 @@ def filtered(
     return query
 
 
-def decision_item(row: DecisionRow, tenant: str, router_name: str) -> dict[str, Any]:
+def decision_item(row: DecisionRow, tenant: str, router_name: str | None) -> dict[str, Any]:
     return {
         "id": row.id,
         "tenant": tenant,
@@ -93,7 +93,7 @@ def decision_item(row: DecisionRow, tenant: str, router_name: str) -> dict[str, 
     }
 
 
-def feedback_item(row: FeedbackEvent, tenant: str, router_name: str) -> FeedbackItem:
+def feedback_item(row: FeedbackEvent, tenant: str, router_name: str | None) -> FeedbackItem:
     return FeedbackItem(
         id=row.id,
         decision_id=row.decision_id,
@@ -124,7 +124,7 @@ async def list_decisions(
     size = page_limit(ctx, limit)
     D = DecisionRow
     query = select(D, Tenant.name, Router.name).join(Tenant, Tenant.id == D.tenant_id)
-    query = filtered(query.join(Router, Router.id == D.router_id), D, tenant, router_name, since, until)
+    query = filtered(query.outerjoin(Router, Router.id == D.router_id), D, tenant, router_name, since, until)
     if model is not None:
         query = query.where(D.models[0].as_string() == model)
     if cursor is not None:
@@ -150,7 +150,7 @@ async def read_decision(decision_id: str, session: Session) -> DecisionDetail:
         await session.execute(
             select(DecisionRow, Tenant.name, Router.name)
             .join(Tenant, Tenant.id == DecisionRow.tenant_id)
-            .join(Router, Router.id == DecisionRow.router_id)
+            .outerjoin(Router, Router.id == DecisionRow.router_id)
             .where(DecisionRow.id == decision_id)
         )
     ).first()
@@ -182,7 +182,7 @@ async def list_feedback(
     size = page_limit(ctx, limit)
     F = FeedbackEvent
     query = select(F, Tenant.name, Router.name).join(Tenant, Tenant.id == F.tenant_id)
-    query = filtered(query.join(Router, Router.id == F.router_id), F, tenant, router_name, since, until)
+    query = filtered(query.outerjoin(Router, Router.id == F.router_id), F, tenant, router_name, since, until)
     if model is not None:
         query = query.where(F.model == model)
     if cursor is not None:

@@ -1,10 +1,14 @@
-"""OpenAI-compatible endpoints: ``POST /v1/chat/completions`` and ``POST /v1/images/generations``.
+"""OpenAI-compatible endpoints: ``POST /v1/chat/completions``, ``POST /v1/images/generations``,
+``GET /v1/models`` and ``GET /v1/models/{id}``.
 
-Existing OpenAI clients work unchanged with ``base_url=<gateway>/v1`` and a tenant key: ``model`` is
-``router`` (the tenant's default router) or ``router/<name>``. The gateway routes the prompt, forwards the
-request to the chosen backend (see app/forwarding.py) and answers with the backend's response, whose
-``model`` is the backend that answered. The header ``x-banditgate-decision-id`` carries the decision id
-for ``POST /feedback``.
+Existing OpenAI clients work unchanged with ``base_url=<gateway>/v1`` and a tenant key. ``model`` is
+``router`` (the tenant's default router), ``router/<name>``, or the name of a backend that is an arm of
+one of the tenant's routers: that backend is called directly (a ``direct`` decision of no router: logged,
+costed, no routing, no fallback; see ``gateway.decide_direct``). The gateway forwards the request body
+untouched but for ``model`` (see app/forwarding.py) and answers with the backend's response, whose
+``model`` is the backend that answered. The decision id for ``POST /feedback`` is in the header
+``x-banditgate-decision-id`` and in the body's ``banditgate`` field (``forwarding.body_field``). Errors
+are in OpenAI's shape (app/api/errors.py).
 """
 
 from __future__ import annotations
@@ -16,38 +20,62 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, HTTPException, status
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
 
-from app import forwarding, probes
+from app import forwarding, gateway, probes
+from app.api.errors import InvalidParam, ModelNotFound
+from app.context import AppContext
 from app.deps import Ctx, CurrentTenant, Session
 from app.jsonable import jsonable
-from app.schemas import RouteRequest, RouteResponse
+from app.schemas import OpenAIModel, OpenAIModelList, RouteRequest, RouteResponse
+from app.store.models import Backend, Router, Tenant
 
 router = APIRouter(prefix="/v1", tags=["OpenAI-compatible"])
 
 OpenAIBody = Annotated[dict[str, Any], Body(description="the OpenAI request body")]
 ROUTER_MODEL = "router"
+CATALOG_OWNER = "banditgate"
 
 
-def router_name(model: Any) -> str | None:
-    """``router`` -> None (the default router), ``router/<name>`` -> name; anything else is a 422."""
+def router_name(model: str) -> str | None:
+    """``router`` -> None (the default router), ``router/<name>`` -> name."""
     if model == ROUTER_MODEL:
         return None
-    if isinstance(model, str) and model.startswith(ROUTER_MODEL + "/") and len(model) > len(ROUTER_MODEL) + 1:
-        return model[len(ROUTER_MODEL) + 1 :]
-    raise HTTPException(
-        status.HTTP_422_UNPROCESSABLE_CONTENT,
-        f"model must be 'router' (the tenant's default router) or 'router/<name>', not {model!r}",
-    )
+    name = model[len(ROUTER_MODEL) + 1 :]
+    if not name:
+        raise InvalidParam("model", "model 'router/' names no router: use 'router' or 'router/<name>'")
+    return name
 
 
-def route_request(body: dict[str, Any], **text: Any) -> RouteRequest:
+def is_router_model(model: str) -> bool:
+    return model == ROUTER_MODEL or model.startswith(ROUTER_MODEL + "/")
+
+
+def route_request(body: dict[str, Any], router: str | None, **text: Any) -> RouteRequest:
     metadata = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
     try:
         seed = body.get("seed")
-        return RouteRequest(router=router_name(body.get("model")), metadata=metadata, seed=seed, **text)
+        return RouteRequest(router=router, metadata=metadata, seed=seed, **text)
     except ValidationError as exc:
         errors = exc.errors(include_url=False, include_context=False, include_input=False)
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, jsonable(errors)) from exc
+
+
+async def decision_for(
+    ctx: AppContext, session: AsyncSession, tenant: Tenant, body: dict[str, Any], **text: Any
+) -> tuple[RouteRequest, forwarding.Decided | None]:
+    """The request to route and, for a backend named as ``model``, its direct decision (already
+    logged); None when a router is to decide."""
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise InvalidParam("model", "'model' must be 'router', 'router/<name>' or one of GET /v1/models")
+    if is_router_model(model):
+        return route_request(body, router_name(model), **text), None
+    if model not in await gateway.tenant_backends(session, tenant):
+        raise ModelNotFound(model)
+    request = route_request(body, None, **text)
+    return request, (await gateway.decide_direct(ctx, session, tenant, model, request), None)
 
 
 def _headers(route: RouteResponse, backend: str, cost: float | None = None) -> dict[str, str]:
@@ -66,16 +94,21 @@ def _headers(route: RouteResponse, backend: str, cost: float | None = None) -> d
 async def chat_completions(body: OpenAIBody, ctx: Ctx, session: Session, tenant: CurrentTenant) -> Response:
     """Chat completions, streamed (server-sent events) when ``stream`` is true."""
     if not isinstance(body.get("messages"), list) or not body["messages"]:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, "'messages' must be a non-empty list")
-    request = route_request(body, messages=body["messages"])
+        raise InvalidParam("messages", "'messages' must be a non-empty list")
+    request, decided = await decision_for(ctx, session, tenant, body, messages=body["messages"])
     if body.get("stream"):
-        stream = await forwarding.forward_stream(ctx, session, tenant, request, body)
+        stream = await forwarding.forward_stream(ctx, session, tenant, request, body, decided)
         if isinstance(stream, forwarding.Forwarded):  # an ensemble or a judged cascade: answered whole
             probes.schedule(ctx, tenant, request, stream.route, body, probes.answered_by(stream))
             payload, headers = merged(stream, "choices")
-            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            if forwarding.asks_usage(body) and payload.get("usage") is None:
+                answered = forwarding.answer_chars(payload)
+                payload["usage"] = forwarding.estimated_usage(len(request.text()), answered)
+                payload[forwarding.BODY_FIELD]["usage_estimated"] = True
             return StreamingResponse(
-                completion_events(payload, include_usage), media_type="text/event-stream", headers=headers
+                completion_events(payload, forwarding.asks_usage(body)),
+                media_type="text/event-stream",
+                headers=headers,
             )
         probes.schedule(ctx, tenant, request, stream.route, body, [stream.target.name])
         return StreamingResponse(
@@ -83,26 +116,30 @@ async def chat_completions(body: OpenAIBody, ctx: Ctx, session: Session, tenant:
             media_type="text/event-stream",
             headers=_headers(stream.route, stream.target.name),
         )
-    done = await forwarding.forward_json(ctx, session, tenant, request, body)
+    done = await forwarding.forward_json(ctx, session, tenant, request, body, decided)
     probes.schedule(ctx, tenant, request, done.route, body, probes.answered_by(done))
     return answer(done, "choices")
 
 
 async def completion_events(completion: dict[str, Any], include_usage: bool) -> AsyncIterator[bytes]:
     """A whole chat completion as the server-sent events of a stream: one ``chat.completion.chunk`` per
-    choice carrying its message as the delta and its finish reason, the usage chunk when the client asked
-    for it (``stream_options.include_usage``), then ``[DONE]``."""
+    choice carrying its message as the delta and its finish reason (the first with the ``banditgate``
+    field), the usage chunk when the client asked for it (``stream_options.include_usage``), then
+    ``[DONE]``."""
     base: dict[str, Any] = {
         k: completion[k] for k in ("id", "created", "model", "system_fingerprint") if k in completion
     }
     base["object"] = "chat.completion.chunk"
-    for choice in completion.get("choices") or []:
+    for number, choice in enumerate(completion.get("choices") or []):
         message = choice.get("message") or {}
         delta = {"role": message.get("role", "assistant"), "content": message.get("content")}
         item = {"index": choice.get("index", 0), "delta": delta, "finish_reason": choice.get("finish_reason")}
         if "model" in choice:  # an ensemble member's answer says whose it is
             item["model"] = choice["model"]
-        yield f"data: {json.dumps({**base, 'choices': [item]})}\n\n".encode()
+        chunk = {**base, "choices": [item]}
+        if number == 0 and forwarding.BODY_FIELD in completion:
+            chunk[forwarding.BODY_FIELD] = completion[forwarding.BODY_FIELD]
+        yield f"data: {json.dumps(chunk)}\n\n".encode()
     if include_usage and completion.get("usage") is not None:
         yield f"data: {json.dumps({**base, 'choices': [], 'usage': completion['usage']})}\n\n".encode()
     yield b"data: [DONE]\n\n"
@@ -119,7 +156,8 @@ def merged(done: forwarding.Forwarded, items: str) -> tuple[dict[str, Any], dict
     ``items`` (chat ``choices`` or image ``data``) in one list, each tagged with its ``model``; ``model``
     and ``x-banditgate-model`` list the members that answered, the cost is their sum."""
     if done.members is None:
-        payload = {**done.payload, "model": done.target.name}
+        field = forwarding.body_field(done.route, done.target.name)
+        payload = {**done.payload, "model": done.target.name, forwarding.BODY_FIELD: field}
         return payload, _headers(done.route, done.target.name, done.cost)
     items_out: list[Any] = []
     names: list[str] = []
@@ -134,15 +172,50 @@ def merged(done: forwarding.Forwarded, items: str) -> tuple[dict[str, Any], dict
             items_out.append(tagged)
     model = ",".join(names)
     cost = sum(m.cost or 0.0 for m in done.members)
-    return {**done.payload, items: items_out, "model": model}, _headers(done.route, model, cost)
+    payload = {**done.payload, items: items_out, "model": model}
+    payload[forwarding.BODY_FIELD] = forwarding.body_field(done.route, model)
+    return payload, _headers(done.route, model, cost)
 
 
 @router.post("/images/generations", response_model=None)
 async def image_generations(body: OpenAIBody, ctx: Ctx, session: Session, tenant: CurrentTenant) -> Response:
     """Image generations; the prompt is routed, the backend's answer returned with its ``model``."""
     if not isinstance(body.get("prompt"), str):
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, "'prompt' must be a string")
-    request = route_request(body, prompt=body["prompt"])
-    done = await forwarding.forward_json(ctx, session, tenant, request, body)
+        raise InvalidParam("prompt", "'prompt' must be a string")
+    request, decided = await decision_for(ctx, session, tenant, body, prompt=body["prompt"])
+    done = await forwarding.forward_json(ctx, session, tenant, request, body, decided)
     probes.schedule(ctx, tenant, request, done.route, body, probes.answered_by(done))
     return answer(done, "data")
+
+
+async def _model_list(session: AsyncSession, tenant: Tenant) -> list[OpenAIModel]:
+    """``router`` (when the tenant has a default router), ``router/<name>`` for each of its routers,
+    then each backend that is an arm of one of them."""
+    routers = (await session.scalars(select(Router).where(Router.tenant_id == tenant.id))).all()
+    models: list[OpenAIModel] = []
+    for row in sorted(routers, key=lambda r: r.name):
+        created = int(row.created_at.timestamp())
+        if row.is_default:
+            models.insert(0, OpenAIModel(id=ROUTER_MODEL, created=created, owned_by=tenant.name))
+        models.append(OpenAIModel(id=f"{ROUTER_MODEL}/{row.name}", created=created, owned_by=tenant.name))
+    names = await gateway.tenant_backends(session, tenant)
+    backends = (await session.scalars(select(Backend).where(Backend.name.in_(names)))).all()
+    for backend in sorted(backends, key=lambda b: b.name):
+        created = int(backend.created_at.timestamp())
+        models.append(OpenAIModel(id=backend.name, created=created, owned_by=CATALOG_OWNER))
+    return models
+
+
+@router.get("/models", response_model=OpenAIModelList)
+async def list_models(session: Session, tenant: CurrentTenant) -> OpenAIModelList:
+    """What this key may send as ``model``: its routers, and the backends it may call directly."""
+    return OpenAIModelList(data=await _model_list(session, tenant))
+
+
+@router.get("/models/{model_id:path}", response_model=OpenAIModel)
+async def retrieve_model(model_id: str, session: Session, tenant: CurrentTenant) -> OpenAIModel:
+    """One entry of ``GET /v1/models``; a 404 naming the model otherwise. Backend names may hold '/'."""
+    for model in await _model_list(session, tenant):
+        if model.id == model_id:
+            return model
+    raise ModelNotFound(model_id)

@@ -26,6 +26,7 @@ def config_hash(router: Router) -> str:
 
 
 def to_message(event: FeedbackEvent, embedding: bytes) -> FeedbackMessage:
+    assert event.router_id is not None  # read by router: events of direct calls are never folded
     return FeedbackMessage(
         event_id=event.id,
         router_id=event.router_id,

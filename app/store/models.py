@@ -112,7 +112,8 @@ class DecisionRow(Base):
     __table_args__ = (Index("ix_decisions_router_created", "router_id", "created_at"),)
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
-    router_id: Mapped[int] = mapped_column(ForeignKey("routers.id", ondelete="CASCADE"))
+    # null for a direct call (``model: "<backend>"`` on /v1): no router decided it, none learns from it
+    router_id: Mapped[int | None] = mapped_column(ForeignKey("routers.id", ondelete="CASCADE"), nullable=True)
     router_version: Mapped[int] = mapped_column(Integer)
     policy: Mapped[str] = mapped_column(String(100))
     models: Mapped[list[Any]] = mapped_column(JSON)
@@ -135,7 +136,9 @@ class FeedbackEvent(Base):
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     decision_id: Mapped[str] = mapped_column(ForeignKey("decisions.id", ondelete="CASCADE"))
     tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
-    router_id: Mapped[int] = mapped_column(ForeignKey("routers.id", ondelete="CASCADE"))
+    router_id: Mapped[int | None] = mapped_column(  # null: about a direct call, folded by no router
+        ForeignKey("routers.id", ondelete="CASCADE"), nullable=True
+    )
     model: Mapped[str] = mapped_column(String(200))
     kind: Mapped[str] = mapped_column(String(32))
     reward: Mapped[float | None] = mapped_column(Float, nullable=True)

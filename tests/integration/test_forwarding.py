@@ -248,7 +248,7 @@ async def test_a_misbehaving_backend_gets_a_clear_error(
         body = {"model": "router", "messages": [{"role": "user", "content": PROMPT}]}
         response = await client.post("/v1/chat/completions", json=body, headers=bearer(key))
         assert response.status_code == code, response.text
-        detail = response.json()["detail"]
+        detail = response.json()["error"]["message"]
         assert bad in detail and says in detail and response.headers["x-banditgate-decision-id"] in detail
         assert fake.counts[behaviour] == calls
         # The gateway is still up and serving.
@@ -304,7 +304,7 @@ async def test_images_cost_the_per_call_price(sqlite_stack: Stack, fake: FakeBac
         # A chat request cannot be sent to an image backend.
         body = {"model": "router", "messages": [{"role": "user", "content": PROMPT}]}
         refused = await client.post("/v1/chat/completions", json=body, headers=bearer(key))
-        assert refused.status_code == 502 and "is a image backend" in refused.json()["detail"]
+        assert refused.status_code == 502 and "is a image backend" in refused.json()["error"]["message"]
 
 
 async def test_bad_model_names_and_missing_secret_key(sqlite_stack: Stack, fake: FakeBackends) -> None:
@@ -318,7 +318,7 @@ async def test_bad_model_names_and_missing_secret_key(sqlite_stack: Stack, fake:
         for model in ("gpt-4o", "router/", "router/missing"):
             chat = {"model": model, "messages": [{"role": "user", "content": PROMPT}]}
             response = await client.post("/v1/chat/completions", json=chat, headers=bearer(key))
-            assert response.status_code == (404 if model == "router/missing" else 422), (model, response.text)
+            assert response.status_code == (400 if model == "router/" else 404), (model, response.text)
 
 
 async def test_a_client_that_disconnects_cancels_the_upstream_call(
@@ -549,7 +549,8 @@ async def test_a_declined_decision_is_a_503_that_says_so(sqlite_stack: Stack, fa
         body = {"model": "router/stingy", "messages": [{"role": "user", "content": PROMPT}]}
         response = await client.post("/v1/chat/completions", json=body, headers=bearer(key))
         assert response.status_code == 503
-        assert "'stingy' declined to choose a model" in response.json()["detail"]
+        error = response.json()["error"]
+        assert "'stingy' declined to choose a model" in error["message"] and error["code"] == "model_declined"
         assert response.headers["x-banditgate-declined"] == "true"
         decision_id = response.headers["x-banditgate-decision-id"]
         assert await attempts_of(app, decision_id) == []  # no backend was called
