@@ -18,8 +18,8 @@ searches skip it, and the index is rebuilt from the live points when the dead ou
 Adaptive k (``adaptive_k``). For U(k) = a / sqrt(k) + b * r_k with r_k non-decreasing (BALROG eq. 4-5)
 and b > 0: for any k' > k, U(k') > b r_{k'} >= b r_k, so once b r_m >= min_{k<=m} U(k) no larger k
 can win. On an HNSW store the scan fetches max(k_init, ef_search) neighbours and doubles the number
-fetched until that holds, all neighbours are fetched, or ``k_max`` is reached (the documented cap: k
-never exceeds k_max). On an exact store one search fetches min(N, k_max) at once (a flat search scans
+fetched until that holds, all neighbours are fetched, or ``k_max`` is reached (k never exceeds k_max:
+it bounds the work of one search). On an exact store one search fetches min(N, k_max) at once (a flat search scans
 everything anyway, so fetching more costs only the final partial sort).
 """
 
