@@ -315,23 +315,36 @@ class KnnUCB(PolicyBase):
         }, choice
 
     def select(self, context: Context) -> Decision:
-        """g_t = argmax_g I_g(x) (eq. 7), uniform tie-break; then (BALROG) the query decision."""
+        """g_t = argmax_g I_g(x) (eq. 7), uniform tie-break; then (BALROG) the query decision.
+
+        A select with ``context.tried`` non-empty re-asks for the same prompt (a cascade's next step, the
+        gateway's fallback after a failed call): it is not a new decision, so it advances no counter
+        (round t, BALROG's budget and trigger calibration) and never queries; it is scored at the
+        current round t (with ``decisions_before``, that decision's t)."""
         x = _as_vector(context.embedding)
         self._ensure_dim(x)
         arms = candidate_arms(self._arms, context)
         if not arms:
             return Decision(arms=[], info={"reason": "no candidate arm"})
         before = context.decisions_before
-        self.t = self.t + 1 if before is None else self._t_base + before + 1
+        if before is not None:
+            t = self._t_base + before + 1
+        else:
+            t = max(self.t, 1) if context.tried else self.t + 1
+        if not context.tried:
+            self.t = t
         rng = self._rng(context)
         scores: dict[str, dict[str, float]] = {}
         choices: dict[str, KChoice | None] = {}
         spread = self.variogram.spread()
         for arm in arms:
-            scores[arm], choices[arm] = self.explain(arm, x, self.t, self.scales(arm, spread))
+            scores[arm], choices[arm] = self.explain(arm, x, t, self.scales(arm, spread))
         index = np.array([scores[a]["index"] for a in arms])
         chosen = arms[argmax_random_tie(index, rng)]
-        info: dict[str, Any] = {"t": self.t}
+        info: dict[str, Any] = {"t": t}
+        if context.tried:
+            info["reselect"] = True
+            return Decision(arms=[chosen], scores=scores, info=info)
         query = self._query(arms, chosen, scores, choices, rng, info, context.query_rounds_before)
         return Decision(arms=[chosen], scores=scores, query=query, info=info)
 

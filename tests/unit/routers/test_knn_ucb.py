@@ -192,3 +192,12 @@ def test_k_grows_with_the_arms_history_up_to_the_work_cap() -> None:
         assert a["k"] == k
         near = order[order < n][:k]
         assert a["estimate"] == pytest.approx(float(y[near].mean()))
+
+
+def test_a_reselect_with_tried_keeps_the_round() -> None:
+    policy = KnnUCB(arms=["a", "b", "c"], seed=0)
+    _run(policy, _stream(1, 30))
+    assert policy.t == 30
+    d = policy.select(Context(embedding=X0 @ np.eye(2, 3, dtype=np.float32), tried=["a"]))
+    assert d.info["t"] == 30 and policy.t == 30 and d.arms[0] != "a"
+    assert policy.select(Context(embedding=np.array([1, 0, 0], dtype=np.float32))).info["t"] == 31
