@@ -78,7 +78,7 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -92,7 +92,7 @@ from routers.base import (
     candidate_arms,
     require,
 )
-from routers.neighbors import MEMORIES, ArmNeighbors, KChoice, adaptive_k
+from routers.neighbors import MEMORIES, ArmNeighbors, CompactionJob, KChoice, adaptive_k
 
 PRESETS: dict[str, dict[str, Any]] = {
     "scale-free": {"theta": 0.1, "phi": 1.0, "phi_t": "const", "scale": "variogram", "log_of": "t"},
@@ -403,6 +403,26 @@ class KnnUCB(PolicyBase):
                     vec, other = store.random_point()
                     pairs = [(float(dist[1]), ys[i] - float(near[1]))]
                     self._add_pairs(arm, [*pairs, (max(1.0 - float(vec @ emb[i]), 0.0), ys[i] - other)])
+
+    def compaction_jobs(self) -> Iterator[CompactionJob]:
+        """A compaction for every arm whose store holds more tombstones (evicted points) than live ones,
+        one at a time (each copies its arm's live vectors when it is reached, so one copy at a time).
+        ``update`` never rebuilds an index for them (only a store nobody compacts does, at 4x); the
+        owner of the policy runs these jobs off the request path: the gateway's compaction loop
+        (``app.compaction``) builds each in a worker thread while the old index keeps serving, then
+        swaps it in (``CompactionJob.finish`` replays the writes made meanwhile)."""
+        for store in list(self._stores.values()):
+            if store.needs_compaction:
+                yield store.begin_compaction()
+
+    def maintain(self) -> int:
+        """Run every compaction job now, in this thread (a simulator between rounds, tests); returns
+        how many stores were rebuilt. Searches return the same points before and after."""
+        done = 0
+        for job in self.compaction_jobs():
+            job.build()
+            done += job.finish()
+        return done
 
     def _add_pairs(self, arm: str, pairs: Sequence[tuple[float, float]]) -> None:
         own = self._arm_vario.setdefault(arm, Variogram())
