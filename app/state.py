@@ -250,5 +250,17 @@ class PolicyStates:
             forgotten += before - len(runtime.folded)
         return forgotten
 
+    async def maintain(self) -> int:
+        """Index maintenance of the loaded policies that have any (kNN stores' compactions, see
+        ``KnnUCB.compaction_jobs``): each rebuild runs in a worker thread while the old index keeps
+        serving, then is swapped in here. Returns how many indexes were rebuilt."""
+        rebuilt = 0
+        for runtime in list(self._runtimes.values()):
+            jobs = getattr(runtime.policy, "compaction_jobs", None)
+            for job in jobs() if callable(jobs) else []:
+                await asyncio.to_thread(job.build)
+                rebuilt += bool(job.finish())
+        return rebuilt
+
     def drop(self, router_id: int) -> None:
         self._runtimes.pop(router_id, None)
