@@ -5,8 +5,14 @@ variant PromptWise-RBF in ``routers.kernel_logistic``). For a prompt x with per-
 cost weight lambda (``cost_weight``, reward units per USD):
 
     q_a = sigma( x^T theta_a + alpha * ||x||_{V_a^{-1}} ),   V_a = gamma I + sum_s x_s x_s^T        (Eq. 6)
-    stop                    if max_a (q_a - lambda c_a) <= 0, or tau_max calls were made          (Alg. 1)
-    call  argmin_a c_a / q_a   otherwise (ties at random)
+    stop                    if max_a (q_a - lambda c_a) <= 0, or tau_max calls were made   (Eq. 2, Alg. 1)
+    call  argmin_a c_a / q_a   otherwise                                               (Eq. 2, Alg. 1 l. 12)
+
+The call is chosen by the ratio c_a / q_a itself, the optimistic expected cost per success, for every
+lambda: ties go to the larger q_a, remaining ties at random. For lambda > 0 this is the same order as
+argmax_a (1 - lambda c_a / q_a), the utility of Eq. 3 that ``Decision.scores`` reports as ``index``; at
+lambda = 0 that index is 1 for every arm and would order nothing, while c_a / q_a still calls the
+cheapest model per expected success first (with equal prices: the likeliest to succeed).
 
 The decision is adaptive: the caller calls ``arms[0]``, reports the outcome (kind ``cascade-step`` or
 ``bandit``), and calls ``select`` again with the called models in ``Context.tried``. The failure is folded
@@ -60,6 +66,16 @@ def call_budget(context: Context, default: int) -> int:
         isinstance(value, int) and value >= 0, f"constraints.max_calls must be an int >= 0, got {value!r}"
     )
     return int(value)
+
+
+def cheapest_per_success(cost: np.ndarray, q: np.ndarray, rng: np.random.Generator) -> int:
+    """argmin_a c_a / q_a (Eq. 2; q_a = 0 counts as an infinite ratio), ties to the larger q_a, then at
+    random. Independent of lambda, so lambda = 0 still orders the arms by cost per expected success."""
+    positive = q > 0
+    ratio = np.full(q.shape, math.inf)
+    ratio[positive] = cost[positive] / q[positive]
+    best = np.flatnonzero(ratio == np.min(ratio))
+    return int(best[argmax_random_tie(q[best], rng)])
 
 
 class PromptWise(PolicyBase):
@@ -205,7 +221,8 @@ class PromptWise(PolicyBase):
     def explain(self, arm: str, x: np.ndarray, cost: float) -> dict[str, float]:
         """estimate sigma(x^T theta), bonus alpha ||x||_{V^-1} (logit units),
         q = sigma(logit + bonus) (Eq. 6), gain q - lambda c,
-        index 1 - lambda c / q (argmax index = argmin c / q)."""
+        index 1 - lambda c / q (Eq. 3's utility: a reported score; the choice is argmin c / q, see
+        ``cheapest_per_success``)."""
         model = self._models[arm]
         logit, width = model.logit(x)
         alpha = self.current_alpha()
@@ -252,8 +269,9 @@ class PromptWise(PolicyBase):
             return Decision(
                 arms=[], scores=scores, info={"reason": "no arm worth its cost", "calls": calls}, **stop
             )
-        index = np.array([scores[a]["index"] for a in arms])
-        chosen = arms[argmax_random_tie(index, rng)]
+        cost = np.array([scores[a]["cost"] for a in arms])
+        q = np.array([scores[a]["q"] for a in arms])
+        chosen = arms[cheapest_per_success(cost, q, rng)]
         return Decision(arms=[chosen], scores=scores, info={"phase": "exploit", "calls": calls}, **stop)
 
     def _pending_count(self, arm: str) -> int:

@@ -49,6 +49,28 @@ def test_picks_argmin_cost_per_success_and_escalates_after_a_failure():
     assert after["q"] < q_before
 
 
+def test_without_a_cost_weight_the_cheapest_model_per_expected_success_goes_first():
+    """lambda = 0 makes 1 - lambda c / q equal to 1 for every arm; the paper's rule argmin c / q still
+    orders the arms (Prop. 1), so the cheapest per expected success is called first, whatever the draw."""
+    policy = _explored(cost_weight=0.0)  # every arm saw one success at X: equal q, so c / q orders by price
+    for seed in range(20):
+        decision = policy.select(Context(embedding=X, rng=np.random.default_rng(seed)))
+        assert decision.arms == ["gpt-4o-mini"]
+        assert {s["index"] for s in decision.scores.values()} == {1.0}  # the reported score, unchanged
+
+
+def test_ties_in_cost_per_success_go_to_the_larger_success_probability():
+    policy = _explored(cost_weight=0.05)
+    policy.update(Observation(embedding=X, arm="o3-mini", reward=0.0))  # o3-mini's q falls below the others'
+    policy.update(Observation(embedding=X, arm="deepseek-chat", reward=1.0))  # and deepseek's moves
+    free = {arm: 0.0 for arm in ARMS}  # c / q = 0 for every arm
+    q = {a: s["q"] for a, s in policy.select(Context(embedding=X, costs=free)).scores.items()}
+    assert len(set(q.values())) == 3  # distinct: the tie on c / q is broken by q alone
+    for seed in range(20):
+        decision = policy.select(Context(embedding=X, costs=free, rng=np.random.default_rng(seed)))
+        assert decision.arms == [max(q, key=q.__getitem__)]
+
+
 def test_respects_max_calls_from_constraints_and_hyperparameter():
     policy = _explored(max_calls=2)
     assert policy.select(Context(embedding=X, tried=("gpt-4o-mini", "o3-mini"))).arms == []
