@@ -26,6 +26,7 @@ unkeyed slot, or to its own generator, which is not replica-safe.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -163,11 +164,14 @@ def make_rng(seed: int | None) -> np.random.Generator:
     return np.random.default_rng(seed)
 
 
-def decision_rng(seed: int, key: int) -> np.random.Generator:
+def decision_rng(seed: int, key: int | str) -> np.random.Generator:
     """The generator of one decision: a function of the router's ``seed`` and a per-decision ``key`` only
     (the gateway's decision id, or a client's request seed; the simulator's round under ``round_rng``),
     so the same decision draws the same numbers wherever and whenever it is made, and a cascade's later
-    steps of that decision start from the same generator again."""
+    steps of that decision start from the same generator again. A string key (a ``decision_key``) enters
+    as the first 8 bytes of its BLAKE2b digest, the same on every machine and process."""
+    if isinstance(key, str):
+        key = int.from_bytes(hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest(), "big")
     return np.random.default_rng(np.random.SeedSequence([seed, key]))
 
 
