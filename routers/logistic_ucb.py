@@ -313,6 +313,8 @@ class PromptWise(PolicyBase):
 
     def _pending_counts(self) -> Counter[str]:
         """Observations per arm held by open Alg. 2 steps (empty without ``per_step_update``)."""
+        if not self.per_step_update:
+            return Counter()
         return Counter(arm for step in self._steps.values() for arm, _, _ in step.pending)
 
     def update(self, observation: Observation) -> None:
