@@ -222,3 +222,17 @@ def test_a_policy_rebuilt_mid_cascade_continues_identically():
     for p in (policy, copy):
         _report(p, X, "p", nxt[0][0], 1.0)
     assert encode_state(policy.state_dict()) == encode_state(copy.state_dict())
+
+
+def test_a_state_saved_before_decision_keys_loads_its_single_slot_as_the_unkeyed_record():
+    policy = _explored(per_step_update=True)
+    state = policy.state_dict()
+    learned = {k: v for k, v in state["learned"].items() if k != "steps"}
+    learned["pending"] = [{"arm": "o3-mini", "x": X.astype(np.float64), "r": 0.0}]
+    learned["exploring"] = None
+    old = PromptWise.from_state({**state, "learned": learned})
+    (step,) = old.state_dict()["learned"]["steps"]
+    assert (step["key"], step["calls"], step["explored"], step["arms"]) == (None, 1, False, ["o3-mini"])
+    np.testing.assert_array_equal(step["pending"][0]["x"], X)
+    old.select(Context(embedding=EYE[1]))  # an unkeyed new prompt ends that step: its failure is folded
+    assert old.explain("o3-mini", X.astype(np.float64), 1.0)["n"] == 2
