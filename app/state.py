@@ -90,7 +90,8 @@ async def load_runtime(session: AsyncSession, router: Router, up_to: int | None 
 
 
 def fold(runtime: RouterRuntime, message: FeedbackMessage) -> None:
-    """Learn one event, once: ids at or below the watermark, or already folded, are skipped."""
+    """Learn one event, once: ids at or below the watermark, or already folded, are skipped. The
+    observation carries the event's decision id as ``decision_key`` (per-decision policy state)."""
     if message.event_id <= runtime.watermark or message.event_id in runtime.folded:
         return
     runtime.folded.add(message.event_id)
@@ -104,6 +105,7 @@ def fold(runtime: RouterRuntime, message: FeedbackMessage) -> None:
         kind=kind,  # type: ignore[arg-type]
         output_embedding=payload_embedding(message.payload),
         extra=message.payload,
+        decision_key=message.decision_id,
     )
     try:
         runtime.policy.update(observation)
