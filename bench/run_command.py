@@ -23,6 +23,7 @@ from bench.arm_schedule import ArmEvent, build_schedule, parse_arm_event
 from bench.cascade_reference import cascade_plans, oracle_cascade_trace
 from bench.dataset import Dataset, load_dataset
 from bench.embedding_cache import embed_prompts
+from bench.knn_ceiling import knn_ceiling
 from bench.metrics import summarise_policy, summarise_reference
 from bench.policy_spec import PolicySpec, build_from_spec, check_specs, parse_spec
 from bench.replay_env import (
@@ -43,7 +44,7 @@ from routers.combinatorial import SetBandit
 from routers.logistic_ucb import PromptWise
 from routers.retry import RetryCascade
 
-REFERENCES = ("best_single", "oracle", "random")
+REFERENCES = ("best_single", "oracle", "random", "knn_ceiling")
 # the policies that call several models per round in a cascade (lowest-cost / highest-cost call one)
 CASCADE_POLICIES = (PromptWise, RandomTillSucceed, GreedyTillSucceed, RetryCascade)
 
@@ -97,6 +98,7 @@ def replay(
     problems = [set_problem(p, len(schedule.initial), scale) for p in probes if isinstance(p, SetBandit)]
     usd, source = run_budget(budget, scale, dataset.budget, problems)
     env = ReplayEnv(dataset, embeddings, schedule, cost_weight, threshold, output_embeddings, usd, draws)
+    ceiling = knn_ceiling(env)
     set_refs = set_reference_keys(problems)
     extra_refs = list(set_refs)
     plans: list[list[list[int]]] = []
@@ -116,6 +118,8 @@ def replay(
         for key, (name, trace) in reference_traces(env, seed_draws).items():
             refs[key].append(trace)
             ref_names[key].add(name)
+        refs["knn_ceiling"].append(ceiling.trace(env, seed_draws))
+        ref_names["knn_ceiling"].add(ceiling.name)
         for key, problem in set_refs.items():
             name, trace = oracle_set_trace(env, seed_draws, problem)
             refs[key].append(trace)
@@ -167,6 +171,7 @@ def replay(
             for spec in specs
         ],
     }
+    report["reference"]["knn_ceiling"]["k"] = ceiling.k
     if dataset.notes:
         report["notes"] = dataset.notes
     return ReplayResult(report=report, runs=runs, references=refs)

@@ -86,6 +86,7 @@ def test_run_end_to_end_writes_a_report_that_follows_the_contract(tmp_path: Path
     table = capsys.readouterr().out
     assert "linucb:alpha=0.2" in table and "oracle" in table
     assert "draws without-replacement, repeat share 0.0000" in table
+    assert "knn_ceiling (knn-ceiling k=" in table
 
 
 def test_the_schema_rejects_reports_that_break_the_contract(tmp_path: Path, linear_set: Path) -> None:
@@ -117,6 +118,8 @@ def test_the_schema_rejects_reports_that_break_the_contract(tmp_path: Path, line
         lambda r: r.update(draws="bootstrap"),
         lambda r: r.pop("repeat_share"),
         lambda r: r.update(repeat_share=1.5),
+        lambda r: r["reference"].pop("knn_ceiling"),
+        lambda r: r["reference"]["knn_ceiling"].pop("k"),
     ):
         broken = copy.deepcopy(report)
         breakage(broken)

@@ -104,7 +104,7 @@ def test_budget_flag_sets_the_run_rho_for_the_references(dataset) -> None:
     spend = np.mean([np.array([0.001, 0.002, 0.01])[prompts(s)].mean() for s in range(SEEDS)])
     assert oracle["violation"] == pytest.approx(spend - 0.001)
     # a single-call policy without --max-calls and without a set policy: no extra references
-    assert set(report["reference"]) == {"best_single", "oracle", "random"}
+    assert set(report["reference"]) == {"best_single", "oracle", "random", "knn_ceiling"}
     # lowest-cost calls A only and spends exactly rho: no violation
     assert report["policies"][0]["violation"] == pytest.approx(0.0)
 
@@ -296,7 +296,14 @@ def test_promptwise_and_c2mabv_end_to_end_follow_the_contract(tmp_path: Path) ->
     assert code == 0
     report = json.loads(out.read_text())
     validate_report(report)
-    assert set(report["reference"]) == {"best_single", "oracle", "random", "oracle_set", "oracle_cascade"}
+    assert set(report["reference"]) == {
+        "best_single",
+        "oracle",
+        "random",
+        "knn_ceiling",
+        "oracle_set",
+        "oracle_cascade",
+    }
     rows_by_spec = {row["spec"]: row for row in report["policies"]}
     assert rows_by_spec["promptwise"]["calls_per_round"] <= 2.0
     assert rows_by_spec["c2mab-v"]["success_threshold"] == 0.5
