@@ -57,8 +57,6 @@ def test_run_end_to_end_writes_a_report_that_follows_the_contract(tmp_path: Path
             "linucb",
             "--policy",
             "linucb:alpha=0.2",
-            "--horizon",
-            "60",
             "--seeds",
             "3",
             "--lambda",
@@ -75,7 +73,9 @@ def test_run_end_to_end_writes_a_report_that_follows_the_contract(tmp_path: Path
     assert code == 0
     report = json.loads(report_path.read_text())
     validate_report(report)
-    assert (report["horizon"], report["seeds"], report["lambda"]) == (60, 3, 2.0)
+    # no --horizon, no --draws: every one of the 40 prompts once per seed
+    assert (report["horizon"], report["seeds"], report["lambda"]) == (40, 3, 2.0)
+    assert (report["draws"], report["repeat_share"]) == ("without-replacement", 0.0)
     assert [p["spec"] for p in report["policies"]] == ["linucb", "linucb:alpha=0.2"]
     assert report["embedder"] == "context"
     assert report["arm_events"] == [{"model": "model-2", "round": 20, "action": "add"}]
@@ -85,6 +85,8 @@ def test_run_end_to_end_writes_a_report_that_follows_the_contract(tmp_path: Path
     assert sorted(p.name for p in plots.iterdir()) == ["cost.png", "opr.png", "regret.png"]
     table = capsys.readouterr().out
     assert "linucb:alpha=0.2" in table and "oracle" in table
+    assert "draws without-replacement, repeat share 0.0000" in table
+    assert "knn_ceiling (knn-ceiling k=" in table
 
 
 def test_the_schema_rejects_reports_that_break_the_contract(tmp_path: Path, linear_set: Path) -> None:
@@ -112,6 +114,12 @@ def test_the_schema_rejects_reports_that_break_the_contract(tmp_path: Path, line
         lambda r: r["policies"][0].pop("select_ms_p50"),
         lambda r: r["policies"][0].update(opr=1.5),
         lambda r: r["policies"][0].update(budget=0.1),  # a budget without violation fields
+        lambda r: r.pop("draws"),
+        lambda r: r.update(draws="bootstrap"),
+        lambda r: r.pop("repeat_share"),
+        lambda r: r.update(repeat_share=1.5),
+        lambda r: r["reference"].pop("knn_ceiling"),
+        lambda r: r["reference"]["knn_ceiling"].pop("k"),
     ):
         broken = copy.deepcopy(report)
         breakage(broken)
