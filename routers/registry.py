@@ -4,6 +4,9 @@ A factory is called as ``factory(arms=[...], seed=int, **hyperparameters)`` and 
 implements ``routers.base.Policy``; bad hyperparameters raise ``PolicyConfigError`` (or ``TypeError`` for
 unknown names), which the admin API turns into a 422. Adding a policy is one module plus one line here.
 Presets are factories too (``functools.partial`` over a class with some hyperparameters fixed).
+Single-choice policies are registered through ``routers.trusted.trusted``, so their hyperparameters may
+also set ``cost_weight`` / ``cost_target`` (cost-aware choice, budget pacing) and ``incumbent`` /
+``max_loss`` (safe exploration against an incumbent model); see docs/policies/trusted-routing.md.
 """
 
 from __future__ import annotations
@@ -23,11 +26,12 @@ from routers.mixture import MixtureGreedy, MixtureUCBCAB, MixtureUCBOGD, Vanilla
 from routers.retry import retrying
 from routers.set_baselines import CUCB, EpsGreedySet, ThompsonSet
 from routers.simple import Always, EpsGreedy, Greedy, RandomPolicy, Thompson
+from routers.trusted import trusted
 
 PolicyFactory = Callable[..., Policy]
 
 POLICIES: dict[str, PolicyFactory] = {
-    "linucb": LinUCB,
+    "linucb": trusted(LinUCB),
     "promptwise": PromptWise,
     "promptwise-rbf": partial(PromptWise, kernel="rbf"),
     "random-till-succeed": RandomTillSucceed,
@@ -42,14 +46,14 @@ POLICIES: dict[str, PolicyFactory] = {
     "mixture-ucb-ogd": MixtureUCBOGD,
     "mixture-greedy": MixtureGreedy,
     "vanilla-ucb": VanillaUCB,
-    "knn-ucb": KnnUCB,
-    "balrog": Balrog,
-    "pak-ucb": retrying(PakUCB),  # pak-ucb:retry=true turns it into a retry-on-failure cascade
-    "random": RandomPolicy,
-    "always": Always,
-    "greedy": Greedy,
-    "eps-greedy": EpsGreedy,
-    "thompson": Thompson,
+    "knn-ucb": trusted(KnnUCB),
+    "balrog": trusted(Balrog),
+    "pak-ucb": trusted(retrying(PakUCB)),  # pak-ucb:retry=true turns it into a retry-on-failure cascade
+    "random": trusted(RandomPolicy),
+    "always": trusted(Always),
+    "greedy": trusted(Greedy),
+    "eps-greedy": trusted(EpsGreedy),
+    "thompson": trusted(Thompson),
 }
 
 
