@@ -108,7 +108,7 @@ class CostAware(PolicyWrapper):
                 **decision.scores[arm],
                 "cost": cost,
                 "cost_term": term,
-                "adjusted_index": adjusted[i],
+                "adjusted_index": float(adjusted[i]),
             }
         rng = context.rng if context.rng is not None else getattr(self.inner, "rng", None)
         if rng is None:  # pragma: no cover - every wrapped policy is a PolicyBase with its own generator
