@@ -102,7 +102,7 @@ class Conservative(PolicyWrapper):
         self.alpha = float(alpha)
         self.log_term = math.log(1.0 / delta)
         self.reward_min, self.reward_max = float(reward_min), float(reward_max)
-        self.config = {
+        self.settings = {
             "incumbent": incumbent,
             "max_loss": self.alpha,
             "delta": float(delta),

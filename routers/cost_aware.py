@@ -72,7 +72,7 @@ class CostAware(PolicyWrapper):
         self.cost_weight = float(weight)
         self.pacer = None if cost_target is None else DualPacer(cost_target, pacing_rate, self.cost_weight)
         self.estimates = CostEstimates(cost_confidence)
-        self.config = {
+        self.settings = {
             "cost_weight": self.cost_weight,
             "cost_target": cost_target,
             "pacing_rate": pacing_rate,

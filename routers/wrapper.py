@@ -2,9 +2,12 @@
 
 A wrapper holds an inner single-choice policy and answers to its name; arms come and go on the inner
 policy; ``update`` folds the observation into the wrapper's own sums (``_fold``) and then into the inner
-policy. Its state is ``{"policy": inner name, <key>: {"config": ..., own learned part}, "inner": inner
-state}``, so the registry factory finds the inner policy by name and ``restore`` rebuilds the wrapper
-around the restored inner policy.
+policy. ``settings`` are the wrapper's own hyperparameters; ``config`` is the inner policy's config with
+them on top: the router's hyperparameters with defaults filled in, as for a plain policy. Its state is
+``{"policy": inner name, "config": config, "seed": inner seed, <key>: {"config": settings, own learned
+part}, "inner": inner state}``: the registry factory finds the inner policy by name, ``restore`` rebuilds
+the wrapper around the restored inner policy, and ``config`` / ``seed`` sit where a plain policy's are
+(an imported state sets the router's hyperparameters from them).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from routers.retry import RetryCascade
 
 
 class PolicyWrapper:
-    """Base of ``CostAware`` and ``Conservative``; subclasses set ``key`` and ``config`` and implement
+    """Base of ``CostAware`` and ``Conservative``; subclasses set ``key`` and ``settings`` and implement
     ``select``, ``_fold``, ``_state`` and ``_load``."""
 
     key: ClassVar[str] = "wrapper"
@@ -28,7 +31,12 @@ class PolicyWrapper:
             raise PolicyConfigError(f"{keys} need a single-choice policy, not a cascade (retry=true)")
         self.inner = inner
         self.name = inner.name
-        self.config: dict[str, Any] = {}
+        self.settings: dict[str, Any] = {}
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The inner policy's config with this wrapper's settings on top."""
+        return {**dict(getattr(self.inner, "config", {})), **self.settings}
 
     @property
     def arms(self) -> list[str]:
@@ -55,10 +63,13 @@ class PolicyWrapper:
         pass
 
     def state_dict(self) -> dict[str, Any]:
+        inner = self.inner.state_dict()
         return {
             "policy": self.inner.name,
-            self.key: {"config": dict(self.config), **self._state()},
-            "inner": self.inner.state_dict(),
+            "config": self.config,
+            "seed": inner.get("seed"),
+            self.key: {"config": dict(self.settings), **self._state()},
+            "inner": inner,
         }
 
     @classmethod

@@ -196,3 +196,11 @@ def test_bad_conservative_hyperparameters_are_config_errors(hyper: dict, message
 def test_refuses_a_cascade() -> None:
     with pytest.raises(PolicyConfigError, match="cascade"):
         build_policy("pak-ucb", ["a", "b"], hyperparameters={"retry": True, "incumbent": "a"})
+
+
+def test_gateway_style_cost_events_are_not_rounds() -> None:
+    """A reward-less bandit observation (the gateway's cost event) changes no sum of the check."""
+    policy = _small_case(0.5)
+    before = policy.state_dict()["conservative"]
+    policy.update(Observation(embedding=X, arm="x", reward=None, cost=0.01))
+    assert policy.state_dict()["conservative"] == before

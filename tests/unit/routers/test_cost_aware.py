@@ -208,3 +208,20 @@ def test_balrog_queries_do_not_repeat_the_chosen_arm() -> None:
     decision = policy.select(Context(embedding=X, costs=prices))
     assert decision.arms == ["b"]  # equal rewards: the cheapest (BALROG alone picks c, queries a and b)
     assert decision.query == ["a"]
+
+
+def test_a_gateway_style_cost_event_and_reward_event_count_one_request() -> None:
+    """The gateway folds a call's cost as a reward-less bandit observation and the client's reward as a
+    cost-less one: one request, one dual step."""
+    pacer = DualPacer(target=0.25, pacing_rate=0.0625)
+    pacer.update(_obs("a", None, 0.75))
+    pacer.update(_obs("a", 1.0, None))
+    assert (pacer.requests, pacer.multiplier) == (1, 0.5)
+
+
+def test_a_fixed_cost_weight_does_not_move() -> None:
+    policy = build_policy("greedy", ["a", "b"], seed=0, hyperparameters={"cost_weight": 3.0})
+    for cost in (0.75, 0.0, 0.125):
+        policy.update(_obs("a", 1.0, cost))
+    assert policy.multiplier == 3.0  # type: ignore[attr-defined]
+    assert policy.select(Context(embedding=X, costs={"a": 0.1, "b": 0.1})).info["cost_multiplier"] == 3.0

@@ -67,3 +67,17 @@ def test_a_lone_wrapper_key_applies_its_wrapper_and_is_validated() -> None:
         build_policy("greedy", ["a", "b"], hyperparameters={"cost_confidence": -1.0})
     safe = build_policy("greedy", ["a", "b"], hyperparameters={"max_loss": 0.05, "incumbent": None})
     assert isinstance(safe, Conservative) and safe.incumbent is None
+
+
+def test_a_wrapped_state_carries_the_routers_hyperparameters_and_seed_where_a_plain_one_does() -> None:
+    """An imported state sets the router's hyperparameters from state["config"]: rebuilt from them, the
+    router has the same wrappers and settings."""
+    hyper = {"cost_target": 0.005, "incumbent": "a", "k_max": 8}
+    policy = build_policy("balrog", ["a", "b"], seed=7, hyperparameters=hyper)
+    state = policy.state_dict()
+    assert state["seed"] == 7
+    assert state["config"]["cost_target"] == 0.005 and state["config"]["incumbent"] == "a"
+    assert state["config"]["k_max"] == 8 and "max_queries" in state["config"]  # the inner's, defaults filled
+    rebuilt = build_policy("balrog", ["a", "b"], seed=state["seed"], hyperparameters=state["config"])
+    assert isinstance(rebuilt, Conservative) and isinstance(rebuilt.inner, CostAware)
+    assert rebuilt.config == policy.config
