@@ -87,10 +87,6 @@ class Conservative(PolicyWrapper):
             f"incumbent must be an arm name, got {incumbent!r}",
         )
         require(
-            incumbent is None or not inner.arms or incumbent in inner.arms,
-            f"incumbent {incumbent!r} is not one of the router's arms {inner.arms}",
-        )
-        require(
             finite_number(alpha) and 0 <= alpha < 1, f"max_loss must be a number in [0, 1), got {max_loss!r}"
         )
         require(finite_number(delta) and 0 < delta < 1, f"delta must be a number in (0, 1), got {delta!r}")

@@ -183,7 +183,6 @@ def test_replicas_folding_the_same_events_force_alike() -> None:
         ({"max_loss": 1.0}, "max_loss"),
         ({"max_loss": -0.1}, "max_loss"),
         ({"incumbent": ""}, "incumbent"),
-        ({"incumbent": "gpt-4"}, "not one of the router's arms"),
         ({"incumbent": "a", "delta": 0}, "delta"),
         ({"incumbent": "a", "reward_min": 1.0}, "reward_min"),
     ],
@@ -204,3 +203,12 @@ def test_gateway_style_cost_events_are_not_rounds() -> None:
     before = policy.state_dict()["conservative"]
     policy.update(Observation(embedding=X, arm="x", reward=None, cost=0.01))
     assert policy.state_dict()["conservative"] == before
+
+
+def test_an_incumbent_that_is_not_a_candidate_is_reported_not_enforced() -> None:
+    """Not an error at construction: a router whose incumbent backend was removed must still load (from
+    its hyperparameters or a snapshot); its decisions say that they were not checked."""
+    policy = build_policy("greedy", ["a", "b"], seed=0, hyperparameters={"incumbent": "gpt-4"})
+    decision = policy.select(Context(embedding=X, costs={"a": 0.1, "b": 0.2}))
+    assert decision.info["conservative"] == "incumbent not a candidate"
+    assert decision.info["incumbent_forced"] is False
