@@ -6,7 +6,8 @@ unknown names), which the admin API turns into a 422. Adding a policy is one mod
 Presets are factories too (``functools.partial`` over a class with some hyperparameters fixed).
 Single-choice policies are registered through ``routers.trusted.trusted``, so their hyperparameters may
 also set ``cost_weight`` / ``cost_target`` (cost-aware choice, budget pacing) and ``incumbent`` /
-``max_loss`` (safe exploration against an incumbent model); see docs/policies/trusted-routing.md.
+``max_loss`` (safe exploration against an incumbent model); the set policies through
+``routers.set_target.targeted`` (``cost_target`` sets their budget); see docs/policies/trusted-routing.md.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from routers.logistic_ucb import PromptWise
 from routers.mixture import MixtureGreedy, MixtureUCBCAB, MixtureUCBOGD, VanillaUCB
 from routers.retry import retrying
 from routers.set_baselines import CUCB, EpsGreedySet, ThompsonSet
+from routers.set_target import targeted
 from routers.simple import Always, EpsGreedy, Greedy, RandomPolicy, Thompson
 from routers.trusted import trusted
 
@@ -38,10 +40,10 @@ POLICIES: dict[str, PolicyFactory] = {
     "greedy-till-succeed": GreedyTillSucceed,
     "lowest-cost": LowestCost,
     "highest-cost": HighestCost,
-    "c2mab-v": C2MABV,
-    "cucb": CUCB,
-    "eps-greedy-set": EpsGreedySet,
-    "thompson-set": ThompsonSet,
+    "c2mab-v": targeted(C2MABV),
+    "cucb": targeted(CUCB),
+    "eps-greedy-set": targeted(EpsGreedySet),
+    "thompson-set": targeted(ThompsonSet),
     "mixture-ucb-cab": MixtureUCBCAB,
     "mixture-ucb-ogd": MixtureUCBOGD,
     "mixture-greedy": MixtureGreedy,
