@@ -17,7 +17,8 @@
 #   NO_CACHE       1 = build the image without buildah's layer cache (the build time of a cold build)
 #   DEBIAN_MIRROR  mirror for mmdebstrap (default: mmdebstrap's, deb.debian.org)
 #   EXTRA_CA_DIR   *.crt added to the base's trust store (default /usr/local/share/ca-certificates, the
-#                  host's local CAs, so a TLS-intercepting egress proxy works inside the build)
+#                  host's local CAs, so a TLS-intercepting egress proxy works inside the build;
+#                  the image then trusts them too: EXTRA_CA_DIR= REBUILD_BASE=1 for one that does not)
 #   TORCH_WHEEL    a torch-2.13.0+cpu wheel for Python 3.11 (default: `pip download 'torch==2.13.0+cpu'`
 #                  from pip's configured sources; none found = the build uses the public CPU index)
 #   PORT           the port the smoke test serves on, host network (default: a free one)
@@ -26,7 +27,7 @@ cd "$(dirname "$0")/.."
 
 IMAGE=${IMAGE:-localhost/banditgate:local}
 BASE_IMAGE=${BASE_IMAGE:-localhost/banditgate-base:bookworm}
-EXTRA_CA_DIR=${EXTRA_CA_DIR:-/usr/local/share/ca-certificates}
+EXTRA_CA_DIR=${EXTRA_CA_DIR-/usr/local/share/ca-certificates}
 WHEEL_DIR=.wheels
 ISOLATION=(--isolation chroot)
 
@@ -59,7 +60,7 @@ if [ "${REBUILD_BASE:-0}" = 1 ] || ! buildah inspect --type image "$BASE_IMAGE" 
     log "building the base $BASE_IMAGE (mmdebstrap bookworm minbase + python3.11 + venv)"
     base_start=$(date +%s)
     hooks=()
-    if compgen -G "$EXTRA_CA_DIR/*.crt" >/dev/null; then
+    if [ -n "$EXTRA_CA_DIR" ] && compgen -G "$EXTRA_CA_DIR/*.crt" >/dev/null; then
         hooks+=(--customize-hook="cp $EXTRA_CA_DIR/*.crt \"\$1/usr/local/share/ca-certificates/\"")
     fi
     hooks+=(--customize-hook='chroot "$1" update-ca-certificates >/dev/null 2>&1')
