@@ -1,6 +1,6 @@
-"""The service runs what the bench measures: ``bench e2e`` on 300 real MMLU prompts through a gateway on
-Postgres + Redis (served on a real socket, the dataset mounted as replay backends), for kNN-UCB and
-PromptWise, against the offline replay of the same draws."""
+"""The service runs what the bench measures: ``bench e2e`` on 300 real MMLU prompts (the committed fixture
+``tests/data/routellm``) through a gateway on Postgres + Redis (served on a real socket, the dataset
+mounted as replay backends), for kNN-UCB and PromptWise, against the offline replay of the same draws."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from bench.dataset import load_dataset
 from bench.e2e import Gateway, compare
 from bench.policy_spec import parse_spec
 from bench.run_command import dataset_embeddings
-from tests.conftest import ADMIN_KEY, SHARED_DATA, Stack
+from tests.conftest import ADMIN_KEY, TEST_DATA, Stack
 from tests.served import served
 
 pytestmark = pytest.mark.slow
@@ -28,7 +28,8 @@ LAMBDA = 5.0  # reward units per USD: GPT-4's ~0.009 USD per prompt costs ~0.044
 @pytest.fixture(scope="module")
 def mmlu300(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("mmlu300")
-    argv = ["convert", "mmlu", "--limit", "300", "--seed", "0", "--out", str(out), "--data", str(SHARED_DATA)]
+    # The fixture holds exactly the 300 rows `--limit 300 --seed 0` draws from the full set.
+    argv = ["convert", "mmlu", "--out", str(out), "--data", str(TEST_DATA)]
     assert bench_main(argv) == 0
     return out
 
