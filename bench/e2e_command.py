@@ -113,7 +113,9 @@ def e2e_main(args: argparse.Namespace) -> int:
     embeddings = (
         np.empty((0, 0))
         if args.overhead
-        else dataset_embeddings(dataset, args.embedder, args.cache_dir, progress=not args.quiet)
+        else dataset_embeddings(
+            dataset, args.embedder, args.cache_dir, progress=not args.quiet, rule=args.embed_text
+        )
     )
     if args.gateway:
         if not args.admin_key:
