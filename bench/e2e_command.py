@@ -82,7 +82,7 @@ async def _drive(
     url: str,
     admin: str,
 ) -> list[Comparison] | dict[str, float]:
-    gateway = Gateway(url, admin, args.backends_url or f"{url}/replay")
+    gateway = Gateway(url, admin, args.backends_url or f"{url}/replay", args.embed_text.config())
     try:
         if args.overhead:
             return await measure_overhead(gateway, dataset, specs[0], args.overhead, args.lam)
