@@ -20,10 +20,12 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app import metrics
 from app.backends import call_cost
 from app.context import AppContext
+from app.embedding import prompt_hash
 from app.events import FeedbackMessage
 from app.jsonable import jsonable
 from app.schemas import FeedbackAccepted, FeedbackRequest, RouteRequest, RouteResponse
 from app.store.models import Backend, DecisionRow, FeedbackEvent, Probe, Router, RouterCounter, Tenant
+from embeddings.prompt_text import EmbedText
 from routers.base import Context
 from routers.base import decision_rng as keyed_rng
 
@@ -152,7 +154,10 @@ async def decide(
                 f"candidates {unknown} are not arms of router {router.name!r} (arms: {arms})",
             )
     with metrics.time_embedding():
-        embedding, digest = await ctx.embeddings.embed(text)
+        embedding = await ctx.embeddings.embed_prompt(
+            request.turns(), EmbedText.from_config(router.embed_text)
+        )
+    digest = prompt_hash(text)
     costs = await expected_costs(session, arms, len(text))
     runtime = await ctx.states.get(router)
     decisions_before, query_rounds_before = await count_decision(session, router.id)

@@ -134,8 +134,12 @@ def plays_cascade(spec: PolicySpec, dataset: Dataset, embeddings: np.ndarray, co
 class Gateway:
     """An admin and a tenant client of one gateway, with the dataset's models registered as backends."""
 
-    def __init__(self, url: str, admin_key: str, backends_url: str) -> None:
+    def __init__(
+        self, url: str, admin_key: str, backends_url: str, embed_text: dict[str, Any] | None = None
+    ) -> None:
         self.url, self.admin_key, self.backends_url = url, admin_key, backends_url
+        # every router's embed-text rule: the one the offline half embedded with (--embed-text)
+        self.embed_text = embed_text
         self.client = httpx.AsyncClient(base_url=url, timeout=120)
         self.tenant = f"e2e-{secrets.token_hex(4)}"
         self.key = ""
@@ -184,7 +188,9 @@ class Gateway:
 
     async def create_router(self, name: str, body: dict[str, Any]) -> None:
         response = await self.client.post(
-            f"/admin/tenants/{self.tenant}/routers", json={"name": name, **body}, headers=self.admin
+            f"/admin/tenants/{self.tenant}/routers",
+            json={"name": name, "embed_text": self.embed_text, **body},
+            headers=self.admin,
         )
         _check(response, f"router {name}")
 

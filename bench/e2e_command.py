@@ -84,7 +84,7 @@ async def _drive(
     url: str,
     admin: str,
 ) -> list[Comparison] | dict[str, float]:
-    gateway = Gateway(url, admin, args.backends_url or f"{url}/replay")
+    gateway = Gateway(url, admin, args.backends_url or f"{url}/replay", args.embed_text.config())
     try:
         if args.overhead:
             return await measure_overhead(gateway, dataset, specs[0], args.overhead, args.lam)
@@ -116,7 +116,9 @@ def e2e_main(args: argparse.Namespace) -> int:
     embeddings = (
         np.empty((0, 0))
         if args.overhead
-        else dataset_embeddings(dataset, args.embedder, args.cache_dir, progress=not args.quiet)
+        else dataset_embeddings(
+            dataset, args.embedder, args.cache_dir, progress=not args.quiet, rule=args.embed_text
+        )
     )
     if args.gateway:
         if not args.admin_key:

@@ -38,6 +38,7 @@ from bench.report_table import format_table
 from bench.set_oracle import SetProblem, oracle_set_trace, set_problem
 from bench.simulator import run_policy
 from bench.trace import Trace, reference_traces
+from embeddings.prompt_text import DEFAULT_STRATEGY, STRATEGIES, EmbedText
 from routers.base import Policy
 from routers.cascade_baselines import GreedyTillSucceed, RandomTillSucceed
 from routers.combinatorial import SetBandit
@@ -57,12 +58,17 @@ class ReplayResult:
 
 
 def dataset_embeddings(
-    dataset: Dataset, embedder: str, cache_dir: Path | None = None, progress: bool = True
+    dataset: Dataset,
+    embedder: str,
+    cache_dir: Path | None = None,
+    progress: bool = True,
+    rule: EmbedText | None = None,
 ) -> np.ndarray:
-    """The rows' ``context`` vectors when present, else the cached embeddings of the prompts."""
+    """The rows' ``context`` vectors when present, else the cached embeddings of the prompts under the
+    embed-text ``rule`` (``--embed-text``; the gateway's default when None)."""
     if dataset.contexts is not None:
         return dataset.contexts
-    return embed_prompts(dataset.prompts, embedder, cache_dir=cache_dir, progress=progress)
+    return embed_prompts(dataset.prompts, embedder, cache_dir=cache_dir, progress=progress, rule=rule)
 
 
 def replay(
@@ -233,7 +239,9 @@ def run_main(args: argparse.Namespace) -> int:
     # check T, and build every policy once, before the (possibly minutes long) embedding: fail at once
     horizon = resolve_horizon(args.horizon, dataset.n_prompts, args.draws)
     check_specs(specs, build_schedule(dataset.model_names, _events(args), horizon).initial, args.lam)
-    embeddings = dataset_embeddings(dataset, args.embedder, args.cache_dir, progress=not args.quiet)
+    embeddings = dataset_embeddings(
+        dataset, args.embedder, args.cache_dir, progress=not args.quiet, rule=args.embed_text
+    )
     result = replay(
         dataset,
         embeddings,
@@ -250,6 +258,8 @@ def run_main(args: argparse.Namespace) -> int:
         draws=args.draws,
     )
     report = result.report
+    if dataset.contexts is None:
+        report["embed_text"] = args.embed_text.config()
     print(format_table(report))
     for note, count in sorted(dataset.token_estimates.items()):
         print(f"note: {count} (prompt, model) token counts estimated: {note}")
@@ -298,6 +308,14 @@ def add_replay_arguments(parser: argparse.ArgumentParser, seeds: int) -> None:
     )
     parser.add_argument("--embedder", default="minilm", help="embedder name (default minilm)")
     parser.add_argument("--cache-dir", type=Path, default=None, help="embedding cache (default see docs)")
+    parser.add_argument(
+        "--embed-text",
+        type=EmbedText.parse,
+        default=EmbedText(),
+        metavar="STRATEGY[:MAX_TOKENS]",
+        help=f"what of each prompt is embedded: {', '.join(STRATEGIES)} (default {DEFAULT_STRATEGY}, the "
+        "embedder's whole budget; the gateway's router default); see embeddings/prompt_text.py",
+    )
     parser.add_argument(
         "--success-threshold",
         type=float,

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from embeddings.base import Embedder
+from embeddings.prompt_text import CharPieces, PieceTokenizer
 
 
 def require_device(device: str) -> None:
@@ -40,3 +41,13 @@ def load_embedder(name: str, device: str = "cpu", weights: str | None = None) ->
             raise ValueError("the clip embedder needs a local weights file (BANDITGATE_CLIP_WEIGHTS)")
         return ClipTextEmbedder(name.removeprefix("clip:"), weights, device)
     raise ValueError(f"unknown embedder {name!r}; known: minilm, hashing[:dim], clip:<architecture>")
+
+
+def load_tokenizer(name: str) -> PieceTokenizer:
+    """The word pieces the embedder ``name`` counts: MiniLM's own tokenizer; for the others (no tokenizer
+    here) ``CharPieces``, 4 characters a piece (``embeddings.prompt_text``)."""
+    if name == "minilm":
+        from embeddings.minilm import load_wordpieces
+
+        return load_wordpieces()
+    return CharPieces()

@@ -17,6 +17,8 @@ from bench import embedding_cache
 from bench.cli import main
 from bench.dataset import load_dataset
 from bench.result_schema import validate_report
+from embeddings.hashing import HashingEmbedder
+from embeddings.prompt_text import EmbedText
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -268,6 +270,28 @@ def test_embedding_cache_embeds_each_prompt_once_and_reuses_shards(tmp_path: Pat
     more = embedding_cache.embed_prompts(["a b", "e f"], "hashing:16", cache_dir=cache, progress=False)
     np.testing.assert_array_equal(more[0], first[0])
     assert len(list((cache / "hashing_16").glob("*.npz"))) == 2
+
+
+def test_embedding_cache_is_keyed_by_the_text_the_rule_embeds(tmp_path: Path) -> None:
+    """A long prompt gets a new vector when the rule changes (never the other rule's); a prompt within
+    the budget is the same text under every rule, so its vector is reused. hashing: 4 characters a piece,
+    head:8 keeps 32 characters."""
+    cache = tmp_path / "cache"
+    long_prompt, short = "word " * 20 + "end", "a b"
+    head = embedding_cache.embed_prompts(
+        [long_prompt, short], "hashing:16", cache, progress=False, rule=EmbedText("head", 8)
+    )
+    tail = embedding_cache.embed_prompts(
+        [long_prompt, short], "hashing:16", cache, progress=False, rule=EmbedText("head-tail", 8)
+    )
+    model = HashingEmbedder(16)
+    np.testing.assert_array_equal(head[0], model.embed([long_prompt[:32]])[0])
+    # head-tail:8 of 103 characters (26 pieces): the first 2 pieces ("word wor"), and the last 6 from
+    # piece 20 (character 80, a word start): "word word word word end"
+    np.testing.assert_array_equal(tail[0], model.embed(["word wor\nword word word word end"])[0])
+    np.testing.assert_array_equal(head[1], tail[1])
+    shards = [np.load(f)["keys"].tolist() for f in (cache / "hashing_16").glob("*.npz")]
+    assert sorted(len(keys) for keys in shards) == [1, 2]  # the second rule embedded the long prompt only
 
 
 def test_cache_dir_defaults_to_env_var(monkeypatch, tmp_path: Path) -> None:
