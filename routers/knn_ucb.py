@@ -26,8 +26,8 @@ the "nugget") and slope ~ lambda^2 (how fast the mean reward moves with distance
     l = sqrt(max(slope, 0)),         phi(t) = phi (a constant, as in the paper's proof, L987-988),
     L = t (log t: a neglected arm's bonus grows, so it is retried; see ``log_of``).
 
-Tuned on RouteLLM GSM8K / MMLU and a synthetic set (``experiments/tune_knn.py``, numbers in
-``docs/policies/knn-ucb.md``): theta = 0.1, phi = 1.
+Tuned with ``bench run`` on the tuning half (``bench split --seed 0``) of RouteLLM MMLU, GSM8K and
+MT-bench, every prompt played once per seed (numbers in ``docs/policies/knn-ucb.md``): theta = 1, phi = 1.
 
 The cap k_max on k bounds the work of one search and nothing else: eq. 5 lets k grow to N_g, and with
 k_max = 256 (the default) k may grow with the arm's history up to 256 wherever the geometric term allows.
@@ -47,7 +47,7 @@ reward scale.
 
 Hyperparameters (keyword arguments; ``None`` takes the preset's value):
     preset      "scale-free" (default) or "paper"
-    theta       exploration constant in eq. 4 (scale-free 0.1, paper 1)
+    theta       exploration constant in eq. 4 (scale-free 1.0, paper 1)
     phi         weight of the geometric term (scale-free 1.0, paper 1)
     phi_t       schedule of phi(t): "const", "log" (phi ln t) or "sqrtlog" (phi sqrt(ln t)); paper "log"
     scale       "variogram" (s, l estimated as above) or "none" (s = l = 1); paper "none"
@@ -96,7 +96,7 @@ from routers.base import (
 from routers.neighbors import MEMORIES, ArmNeighbors, CompactionJob, KChoice, adaptive_k
 
 PRESETS: dict[str, dict[str, Any]] = {
-    "scale-free": {"theta": 0.1, "phi": 1.0, "phi_t": "const", "scale": "variogram", "log_of": "t"},
+    "scale-free": {"theta": 1.0, "phi": 1.0, "phi_t": "const", "scale": "variogram", "log_of": "t"},
     "paper": {"theta": 1.0, "phi": 1.0, "phi_t": "log", "scale": "none", "log_of": "arm"},
 }
 PHI_SCHEDULES = ("const", "log", "sqrtlog")
