@@ -34,12 +34,14 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -151,20 +153,94 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes], path: str, within_s: flo
     raise RuntimeError(f"{url} did not answer {path} within {within_s} s")
 
 
+def children(pid: int) -> list[int]:
+    """The direct children of ``pid`` (Linux /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry.name))
+            except (OSError, IndexError, ValueError):
+                continue
+    return found
+
+
 @contextmanager
 def process(
-    cmd: list[str], env: dict[str, str], url: str, ready_path: str
+    cmd: list[str], env: dict[str, str], url: str, ready_path: str, profiled: bool = False
 ) -> Iterator[subprocess.Popen[bytes]]:
+    """Start ``cmd``, wait until it answers, stop it on exit. ``profiled``: ``cmd`` is ``py-spy record
+    -- server``; the server is stopped first, so py-spy writes its profile and exits by itself."""
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         wait_ready(url, proc, ready_path)
         yield proc
     finally:
-        proc.terminate()
+        if profiled:
+            for child in children(proc.pid):
+                os.kill(child, signal.SIGTERM)
+        else:
+            proc.terminate()
         try:
-            proc.wait(timeout=30)
+            proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+def profile_cmd(out: Path, cmd: list[str]) -> list[str]:
+    """``cmd`` under py-spy, sampling every thread of it and its workers into collapsed stacks."""
+    beside = Path(sys.executable).parent / "py-spy"  # installed in the same environment (dev extra)
+    spy = str(beside) if beside.exists() else "py-spy"
+    return [
+        spy,
+        "record",
+        "--format",
+        "raw",
+        "--rate",
+        "100",
+        "--nonblocking",
+        "--subprocesses",
+        "-o",
+        str(out),
+        "--",
+        *cmd,
+    ]
+
+
+# Stacks that serve requests: the HTTP cycle, the bus tailer (folding the events requests made), the
+# SQLite connection's thread. Start-up (imports, model loading) is left out.
+REQUEST_FRAMES = ("RequestResponseCycle.run_asgi", "_tail (app/bus.py", "aiosqlite/core.py")
+
+
+def profile_tops(
+    raw: Path, top: int = 15, within: tuple[str, ...] = REQUEST_FRAMES
+) -> dict[str, list[tuple[str, float]]]:
+    """Top frames of a collapsed-stack profile, among the samples whose stack holds one of ``within``:
+    by self time (the frame on top of the stack) and by cumulative time (the frame anywhere below the
+    marker), as percentages of those samples. py-spy samples threads holding the GIL only (``--gil``),
+    so idle waits are not counted."""
+    own: Counter[str] = Counter()
+    cumulative: Counter[str] = Counter()
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not stack or not count_text.isdigit():
+            continue
+        count = int(count_text)
+        frames = [f for f in stack.split(";") if f]
+        start = next((i for i, f in enumerate(frames) if any(m in f for m in within)), None)
+        if start is None:
+            continue
+        total += count
+        own[frames[-1]] += count
+        for frame in set(frames[start + 1 :]):  # below the marker: its callers are in every sample
+            cumulative[frame] += count
+
+    def share(c: Counter[str]) -> list[tuple[str, float]]:
+        return [(frame, round(100 * n / max(total, 1), 1)) for frame, n in c.most_common(top)]
+
+    return {"self": share(own), "cumulative": share(cumulative), "samples": [("total", float(total))]}
 
 
 def uvicorn_cmd(target: str, port: int) -> list[str]:
@@ -348,7 +424,11 @@ def start_systems(stack: ExitStack, args: argparse.Namespace, tmp: Path) -> tupl
             str(workers),
             "--no-access-log",
         ]
-        proc = stack.enter_context(process(cmd, env, url, "/readyz"))
+        profiled = args.profile is not None
+        if profiled:
+            Path(args.profile).mkdir(parents=True, exist_ok=True)
+            cmd = profile_cmd(profile_path(args.profile, name), cmd)
+        proc = stack.enter_context(process(cmd, env, url, "/readyz", profiled))
         key = admin_setup(url, upstream_url, policy)
         headers = {"Authorization": f"Bearer {key}"}
         systems.append(System(name, url, proc.pid, headers=headers))
@@ -364,6 +444,10 @@ def start_systems(stack: ExitStack, args: argparse.Namespace, tmp: Path) -> tupl
                 )
             )
     return upstream, systems
+
+
+def profile_path(folder: str, system: str) -> Path:
+    return Path(folder) / (system.replace(" ", "_") + ".txt")
 
 
 def summarise(
@@ -426,16 +510,27 @@ def gateway_main(args: argparse.Namespace) -> int:
                     )
             rounds.append(result)
     summary = summarise(rounds, upstream.name, "bare-proxy")
+    profiles = {}
+    if args.profile is not None:
+        for name, *_ in gateway_specs(args):
+            profiles[name] = profile_tops(profile_path(args.profile, name))
     report = {
         "command": "bench gateway",
         "args": {k: v for k, v in vars(args).items() if k != "handler"},
         "durability": settings,
         "rounds": rounds,
         "summary": summary,
+        **({"profiles": profiles} if profiles else {}),
     }
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
     print(format_table(summary, settings))
+    for name, tops in profiles.items():
+        print(
+            f"\nprofile of {name} ({tops['samples'][0][1]:.0f} samples): top self | top cumulative, % of samples"
+        )
+        for (own, own_pct), (cum, cum_pct) in zip(tops["self"], tops["cumulative"], strict=False):
+            print(f"  {own_pct:5.1f} {own[:70]:70} | {cum_pct:5.1f} {cum[:70]}")
     return 0
 
 
@@ -464,5 +559,12 @@ def add_subcommand(subparsers: Any) -> None:
     )
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--json", default=None, help="write the JSON report here")
+    parser.add_argument(
+        "--profile",
+        default=None,
+        metavar="DIR",
+        help="run each gateway under py-spy (dev extra); collapsed stacks and their top frames go to DIR "
+        "(the profiler's own CPU counts in that run's figures: use it for profiles, not for the table)",
+    )
     parser.add_argument("--quiet", action="store_true")
     parser.set_defaults(handler=gateway_main)
