@@ -43,7 +43,7 @@ async def reselect(
     context = Context(
         embedding=np.frombuffer(row.embedding, dtype=np.float32).copy(),
         arms=candidates,
-        costs=await gateway.expected_costs(session, list(router.arms), row.prompt_chars),
+        costs=await gateway.expected_costs(ctx, list(router.arms), row.prompt_chars),
         tried=list(tried),
         rng=gateway.decision_rng(router.seed, row.id, (row.info or {}).get("seed")),
     )

@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.backends import BackendClient
 from app.bus import EventBus
+from app.catalog import Catalog
 from app.compaction import CompactionLoop
 from app.embedding import EmbeddingService
 from app.settings import Settings
@@ -29,5 +30,6 @@ class AppContext:
     states: PolicyStates
     embeddings: EmbeddingService
     backends: BackendClient
+    catalog: Catalog
     compaction: CompactionLoop | None = None
     probes: ProbeRunner | None = None  # made on first use (app/probes.py)

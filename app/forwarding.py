@@ -28,17 +28,16 @@ from typing import Any
 import anyio
 import httpx
 from fastapi import HTTPException, status
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import gateway
-from app.backend_keys import SecretKeyMissing, decrypt_key, fernet_for
+from app.backend_keys import SecretKeyMissing
 from app.backends import AttemptRecord, BackendFailure, Target
 from app.cascade import next_step, reselect
 from app.context import AppContext
 from app.judge import ask_judge, reward_for
 from app.schemas import CascadeNextRequest, FeedbackRequest, RouteRequest, RouteResponse
-from app.store.models import Attempt, Backend, DecisionRow, Router, Tenant
+from app.store.models import Attempt, DecisionRow, Router, Tenant
 
 log = logging.getLogger(__name__)
 
@@ -111,27 +110,22 @@ def path_for(body: dict[str, Any]) -> str:
     return CHAT_PATH if "messages" in body else IMAGE_PATH
 
 
-async def load_target(
-    ctx: AppContext, session: AsyncSession, name: str, path: str, attempts: list[AttemptRecord]
-) -> Target:
-    """The backend ``name`` ready to call; a BackendFailure (not retried) when it cannot be."""
-    backend = await session.scalar(select(Backend).where(Backend.name == name))
-    problem: str | None = None
-    api_key: str | None = None
-    if backend is None:
-        problem = "is not in the catalog"
-    elif (backend.kind == "image") != (path == IMAGE_PATH):
-        problem = f"is a {backend.kind} backend and cannot serve {path}"
-    else:
-        try:
-            api_key = decrypt_key(fernet_for(ctx.settings.secret_key), backend.api_key_secret)
-        except SecretKeyMissing as exc:
-            problem = f"cannot be called: {exc}"
-    if problem is not None or backend is None:
-        failure = BackendFailure(name, "unusable", problem or "", retryable=False)
+async def load_target(ctx: AppContext, name: str, path: str, attempts: list[AttemptRecord]) -> Target:
+    """The backend ``name`` ready to call (from the catalog cache); a BackendFailure (not retried) when
+    it cannot be."""
+    target: Target | None = None
+    try:
+        target = await ctx.catalog.target(name)
+        problem = "is not in the catalog" if target is None else ""
+    except SecretKeyMissing as exc:
+        problem = f"cannot be called: {exc}"
+    if target is not None and (target.kind == "image") != (path == IMAGE_PATH):
+        problem = f"is a {target.kind} backend and cannot serve {path}"
+    if problem or target is None:
+        failure = BackendFailure(name, "unusable", problem, retryable=False)
         attempts.append(AttemptRecord(name, len(attempts) + 1, "unusable", None, 0.0, str(failure)))
         raise failure
-    return Target.of(backend, api_key)
+    return target
 
 
 async def next_model(
@@ -172,7 +166,7 @@ async def _call(
     while model is not None:
         tried.append(model)
         try:
-            target = await load_target(ctx, session, model, path, attempts)
+            target = await load_target(ctx, model, path, attempts)
             await session.commit()  # end the read transaction: no pooled connection held during the call
             if stream:
                 return target, await ctx.backends.open_stream(target, path, body, attempts)
@@ -247,17 +241,23 @@ async def settle(
     cost: float | None,
     output_text: str | None = None,
 ) -> None:
-    """Store the attempts, mark who answered, and record the cost event (when the call completed); for
-    mixture routers the event also carries the answer, which the gateway embeds."""
-    row = await session.get(DecisionRow, decision_id)
-    if row is not None:
-        row.info = {**(row.info or {}), "answered_by": target.name}
-    await save_attempts(session, decision_id, attempts)
-    if cost is not None:
-        feedback = FeedbackRequest(
-            decision_id=decision_id, model=target.name, kind="cost", cost=cost, output_text=output_text
-        )
-        await gateway.record_feedback(ctx, session, tenant, [feedback])
+    """Store the attempts, mark who answered, and record the cost event (when the call completed), in
+    one transaction; for mixture routers the event also carries the answer, which the gateway embeds.
+    The answer does not wait for the event to come back over the bus: the policy still learns it only
+    from the stream, in stream order."""
+    row = await session.get(DecisionRow, decision_id)  # the session that decided holds it already
+    if row is None:
+        return
+    row.info = {**(row.info or {}), "answered_by": target.name}
+    session.add_all(Attempt(decision_id=decision_id, **asdict(a)) for a in attempts)
+    if cost is None:
+        await session.commit()
+        return
+    router = await ctx.catalog.router_by_id(row.router_id) if row.router_id is not None else None
+    feedback = FeedbackRequest(
+        decision_id=decision_id, model=target.name, kind="cost", cost=cost, output_text=output_text
+    )
+    await gateway.store_feedback(ctx, session, tenant, [(feedback, row, router, target.name)], wait=False)
 
 
 async def forward_json(
@@ -370,7 +370,7 @@ async def _forward_set(
     failures: list[BackendFailure] = []
     for model in route.models:  # one session: load sequentially, then call concurrently
         try:
-            targets.append(await load_target(ctx, session, model, path, attempts))
+            targets.append(await load_target(ctx, model, path, attempts))
         except BackendFailure as exc:
             failures.append(exc)
     await session.commit()  # end the read transaction: no pooled connection held during the calls
@@ -405,12 +405,13 @@ async def _forward_set(
             "answered_by": first.name,
             "ensemble": [t.name for t, _, _ in answered],
         }
-    await save_attempts(session, route.decision_id, attempts)
+    session.add_all(Attempt(decision_id=route.decision_id, **asdict(a)) for a in attempts)
     costs = [
         FeedbackRequest(decision_id=route.decision_id, model=t.name, kind="cost", cost=c)
         for t, _, c in answered
     ]
-    await gateway.record_feedback(ctx, session, tenant, costs)
+    resolved = await gateway.resolve_feedback(session, tenant, costs)
+    await gateway.store_feedback(ctx, session, tenant, resolved, wait=False)
     return Forwarded(route, first, payload, cost, attempts, members)
 
 

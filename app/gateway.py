@@ -23,7 +23,7 @@ from app.context import AppContext
 from app.events import FeedbackMessage
 from app.jsonable import jsonable
 from app.schemas import FeedbackAccepted, FeedbackRequest, RouteRequest, RouteResponse
-from app.store.models import Backend, DecisionRow, FeedbackEvent, Probe, Router, RouterCounter, Tenant
+from app.store.models import DecisionRow, FeedbackEvent, Probe, Router, RouterCounter, Tenant
 from routers.base import Context
 from routers.base import decision_rng as keyed_rng
 
@@ -34,21 +34,21 @@ DIRECT = "direct"  # the mode (and policy) of a decision that called a backend b
 DIRECT_LABEL = "(direct)"  # the router label of direct calls in metrics: no router name has parentheses
 
 
-async def resolve_router(session: AsyncSession, tenant: Tenant, name: str | None) -> Router:
-    query = select(Router).where(Router.tenant_id == tenant.id)
-    query = query.where(Router.is_default.is_(True)) if name is None else query.where(Router.name == name)
-    router = await session.scalar(query)
+async def resolve_router(ctx: AppContext, tenant: Tenant, name: str | None) -> Router:
+    """The tenant's router ``name`` (its default when None), from the catalog cache: a detached row,
+    read-only."""
+    router = await ctx.catalog.router(tenant.id, name)
     if router is None:
         what = "no default router is set for this tenant" if name is None else f"router {name!r} not found"
         raise HTTPException(status.HTTP_404_NOT_FOUND, what)
     return router
 
 
-async def expected_costs(session: AsyncSession, arms: list[str], prompt_chars: int) -> dict[str, float]:
+async def expected_costs(ctx: AppContext, arms: list[str], prompt_chars: int) -> dict[str, float]:
     """Expected cost of calling each arm on this prompt: prompt characters / 4 input tokens and the
     backend's ``default_tokens_out`` output tokens (an expectation, so not rounded to whole tokens: the
     replay benchmark's estimate, which ``bench e2e`` relies on to show policies the same costs)."""
-    backends = (await session.scalars(select(Backend).where(Backend.name.in_(arms)))).all()
+    backends = await ctx.catalog.backends(arms)
     tokens_in = prompt_chars / CHARS_PER_TOKEN
     return {b.name: call_cost(b, tokens_in, b.default_tokens_out) for b in backends}
 
@@ -140,7 +140,7 @@ async def decide(
     ctx: AppContext, session: AsyncSession, tenant: Tenant, request: RouteRequest
 ) -> tuple[RouteResponse, Router]:
     """``route``, also returning the router it resolved (forwarding needs its judge)."""
-    router = await resolve_router(session, tenant, request.router)
+    router = await resolve_router(ctx, tenant, request.router)
     await admit(ctx, tenant)
     text = prompt_text(ctx, request)
     arms = list(router.arms)
@@ -153,7 +153,7 @@ async def decide(
             )
     with metrics.time_embedding():
         embedding, digest = await ctx.embeddings.embed(text)
-    costs = await expected_costs(session, arms, len(text))
+    costs = await expected_costs(ctx, arms, len(text))
     runtime = await ctx.states.get(router)
     decisions_before, query_rounds_before = await count_decision(session, router.id)
     decision_id = uuid.uuid4().hex
@@ -220,7 +220,8 @@ def upsert_for(session: AsyncSession):  # type: ignore[no-untyped-def]
 
 async def count_decision(session: AsyncSession, router_id: int) -> tuple[int, int]:
     """Count one more decision of the router (``router_counters``) and return (decisions, query rounds)
-    before it. Committed at once, so the counter row is locked for this statement only."""
+    before it. Not committed: the decision's own commit commits it, one transaction per decision (the
+    counter row stays locked until then, so concurrent decisions of one router count in commit order)."""
     statement = (
         upsert_for(session)(RouterCounter)
         .values(router_id=router_id, decisions=1, query_rounds=0)
@@ -228,7 +229,6 @@ async def count_decision(session: AsyncSession, router_id: int) -> tuple[int, in
         .returning(RouterCounter.decisions, RouterCounter.query_rounds)
     )
     decisions, query_rounds = (await session.execute(statement)).one()
-    await session.commit()
     return int(decisions) - 1, int(query_rounds)
 
 
@@ -241,11 +241,22 @@ def _insert_ignoring_duplicate(session: AsyncSession, values: dict[str, object])
     )
 
 
+Resolved = tuple[FeedbackRequest, DecisionRow, Router | None, str]  # an item, its decision, router, model
+
+
 async def record_feedback(
     ctx: AppContext, session: AsyncSession, tenant: Tenant, items: list[FeedbackRequest]
 ) -> list[FeedbackAccepted]:
     """Validate every item first (nothing is written if one is bad), then insert them idempotently in
     one transaction, commit, publish, and wait for this process to fold them."""
+    resolved = await resolve_feedback(session, tenant, items)
+    return await store_feedback(ctx, session, tenant, resolved, wait=True)
+
+
+async def resolve_feedback(
+    session: AsyncSession, tenant: Tenant, items: list[FeedbackRequest]
+) -> list[Resolved]:
+    """Each item with its decision, router and the model it is about; raises on the first bad one."""
     found = await session.execute(
         select(DecisionRow, Router)
         .outerjoin(Router, Router.id == DecisionRow.router_id)
@@ -293,7 +304,14 @@ async def record_feedback(
                 f"[{router.reward_lo}, {router.reward_hi}]",
             )
         resolved.append((item, decision, router, model))
+    return resolved
 
+
+async def store_feedback(
+    ctx: AppContext, session: AsyncSession, tenant: Tenant, resolved: list[Resolved], wait: bool
+) -> list[FeedbackAccepted]:
+    """Insert the events idempotently with whatever the session already holds (one transaction),
+    commit, publish; with ``wait``, until this process folded them (read-your-writes for clients)."""
     accepted: list[FeedbackAccepted] = []
     fresh: list[FeedbackMessage] = []
     unfolded: list[str] = []  # the kinds of new events about direct calls
@@ -364,17 +382,19 @@ async def record_feedback(
             )
         )
     await session.commit()
+    names = {router.id: router.name for _, _, router, _ in resolved if router is not None}
     for message in fresh:
-        metrics.count_feedback(tenant.name, routers[message.router_id].name, message.kind)
+        metrics.count_feedback(tenant.name, names[message.router_id], message.kind)
     for kind in unfolded:
         metrics.count_feedback(tenant.name, DIRECT_LABEL, kind)
-    await publish_feedback(ctx, fresh)
+    await publish_feedback(ctx, fresh, wait)
     return accepted
 
 
-async def publish_feedback(ctx: AppContext, messages: list[FeedbackMessage]) -> None:
+async def publish_feedback(ctx: AppContext, messages: list[FeedbackMessage], wait: bool = True) -> None:
     """Publish committed events. A failed publish loses nothing: the events are in the database and
-    replicas fold them on their next resync; this process folds them itself right away."""
+    replicas fold them on their next resync; this process folds them itself right away. With ``wait``,
+    return once this process folded them (at most ``read_your_writes_timeout_s``)."""
     waits: dict[int, list[int]] = defaultdict(list)
     for message in messages:
         try:
@@ -384,7 +404,7 @@ async def publish_feedback(ctx: AppContext, messages: list[FeedbackMessage]) -> 
             await ctx.states.handle(message)
         waits[message.router_id].append(message.event_id)
     timeout = ctx.settings.read_your_writes_timeout_s
-    if timeout <= 0:
+    if timeout <= 0 or not wait:
         return
     for router_id, event_ids in waits.items():
         for event_id in event_ids:

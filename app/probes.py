@@ -125,7 +125,7 @@ async def _call_and_store(ctx: AppContext, job: ProbeJob) -> None:
             return
         router_id = decision.router_id
         try:
-            target = await forwarding.load_target(ctx, session, model, path, attempts)
+            target = await forwarding.load_target(ctx, model, path, attempts)
             await session.commit()  # no pooled connection held during the call
             payload = await ctx.backends.call_json(target, path, body, attempts)
         except BackendFailure as exc:
