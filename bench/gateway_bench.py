@@ -209,8 +209,9 @@ def profile_cmd(out: Path, cmd: list[str]) -> list[str]:
 
 
 # Stacks that serve requests: the HTTP cycle, the bus tailer (folding the events requests made), the
-# SQLite connection's thread. Start-up (imports, model loading) is left out.
-REQUEST_FRAMES = ("RequestResponseCycle.run_asgi", "_tail (app/bus.py", "aiosqlite/core.py")
+# SQLite connection's thread running a statement. Start-up (imports, model loading) and the SQLite
+# thread's wait for work are left out.
+REQUEST_FRAMES = ("RequestResponseCycle.run_asgi", "_tail (app/bus.py", "Connection._execute (aiosqlite")
 
 
 def profile_tops(
