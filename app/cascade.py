@@ -5,8 +5,9 @@ A client that called a decision's model and judged the answer not good enough re
 
 - a fixed cascade (several ``models``, not ``adaptive``) continues with its next model not yet tried;
 - otherwise (single decisions, adaptive cascades) the policy is asked again with the decision's stored
-  embedding, its per-decision generator and ``Context(tried=[...])`` (``reselect``), as the forwarding
-  fallback does.
+  embedding, its per-decision generator, its id as ``Context.decision_key`` (the key its feedback
+  events carry, so a policy's per-decision state finds this cascade) and ``Context(tried=[...])``
+  (``reselect``), as the forwarding fallback does.
 
 The answer is the next model, or ``stop`` when nothing is left or the policy declines. The models offered
 so far are kept in the decision's ``info.offered`` so a step that names no model means the last one.
@@ -46,6 +47,7 @@ async def reselect(
         costs=await gateway.expected_costs(ctx, list(router.arms), row.prompt_chars),
         tried=list(tried),
         rng=gateway.decision_rng(router.seed, row.id, (row.info or {}).get("seed")),
+        decision_key=row.id,
     )
     runtime = await ctx.states.get(router)
     try:

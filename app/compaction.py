@@ -1,7 +1,9 @@
 """A background task in each gateway process that keeps the folded-id sets bounded.
 
 Every ``compact_interval_s`` it calls ``PolicyStates.compact``, which moves each loaded router's
-watermark up to the newest periodic snapshot's. Without a snapshotter running it finds nothing to do.
+watermark up to the newest periodic snapshot's (without a snapshotter running it finds nothing to do),
+then ``PolicyStates.maintain``, which rebuilds the kNN policies' neighbour indexes whose evicted points
+outnumber the live ones, in a worker thread (``KnnUCB.compaction_jobs``).
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ class CompactionLoop:
                 forgotten = await self.states.compact()
                 if forgotten:
                     log.debug("compaction forgot %s folded ids", forgotten)
+                rebuilt = await self.states.maintain()
+                if rebuilt:
+                    log.debug("compaction rebuilt %s neighbour indexes", rebuilt)
             except asyncio.CancelledError:
                 raise
             except Exception:  # the database may be briefly unavailable; try again next round

@@ -164,6 +164,7 @@ async def decide(
         rng=decision_rng(router.seed, decision_id, request.seed),
         decisions_before=decisions_before,
         query_rounds_before=query_rounds_before,
+        decision_key=decision_id,
     )
     decision = runtime.policy.select(context)
     if decision.query:

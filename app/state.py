@@ -90,7 +90,8 @@ async def load_runtime(session: AsyncSession, router: Router, up_to: int | None 
 
 
 def fold(runtime: RouterRuntime, message: FeedbackMessage) -> None:
-    """Learn one event, once: ids at or below the watermark, or already folded, are skipped."""
+    """Learn one event, once: ids at or below the watermark, or already folded, are skipped. The
+    observation carries the event's decision id as ``decision_key`` (per-decision policy state)."""
     if message.event_id <= runtime.watermark or message.event_id in runtime.folded:
         return
     runtime.folded.add(message.event_id)
@@ -104,6 +105,7 @@ def fold(runtime: RouterRuntime, message: FeedbackMessage) -> None:
         kind=kind,  # type: ignore[arg-type]
         output_embedding=payload_embedding(message.payload),
         extra=message.payload,
+        decision_key=message.decision_id,
     )
     try:
         runtime.policy.update(observation)
@@ -251,6 +253,18 @@ class PolicyStates:
             advance_watermark(runtime, target, committed)
             forgotten += before - len(runtime.folded)
         return forgotten
+
+    async def maintain(self) -> int:
+        """Index maintenance of the loaded policies that have any (kNN stores' compactions, see
+        ``KnnUCB.compaction_jobs``): each rebuild runs in a worker thread while the old index keeps
+        serving, then is swapped in here. Returns how many indexes were rebuilt."""
+        rebuilt = 0
+        for runtime in list(self._runtimes.values()):
+            jobs = getattr(runtime.policy, "compaction_jobs", None)
+            for job in jobs() if callable(jobs) else []:
+                await asyncio.to_thread(job.build)
+                rebuilt += bool(job.finish())
+        return rebuilt
 
     def drop(self, router_id: int) -> None:
         self._runtimes.pop(router_id, None)

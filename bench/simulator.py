@@ -22,6 +22,7 @@ else the run's (``--success-threshold``, default the midpoint of the reward rang
 is in units of that many USD (C2MAB-V's normalised rho) and the trace records ``budget * cost_scale`` USD.
 Every Observation carries
 ``extra = {"round", "step", "success", "final"}``; ``final`` marks the last call of the round's plan.
+Round t is one decision: its selects and observations carry ``decision_key = str(t)``.
 
 By default a policy draws its randomness from its own generator. With ``round_rng`` (a function of the
 round) every ``select`` of round t, the adaptive cascade's later steps included, gets a fresh
@@ -99,6 +100,7 @@ class _Round:
                     "success": success,
                     "final": last or (stop_on_success and success),
                 },
+                decision_key=str(self.t),
             )
         )
         return reward
@@ -159,6 +161,7 @@ def _play(
                 tried=tuple(game.called),
                 constraints=context.constraints,
                 rng=rng(),
+                decision_key=context.decision_key,
             )
             start = perf_counter_ns()
             current = policy.select(retry)
@@ -256,7 +259,9 @@ def run_policy(
         def fresh(t: int = t) -> np.random.Generator | None:
             return None if round_rng is None else round_rng(t)
 
-        context = Context(embedding=embeddings[p], costs=costs, constraints=constraints, rng=fresh())
+        context = Context(
+            embedding=embeddings[p], costs=costs, constraints=constraints, rng=fresh(), decision_key=str(t)
+        )
         start = perf_counter_ns()
         decision = policy.select(context)
         select_ns.append(perf_counter_ns() - start)

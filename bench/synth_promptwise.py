@@ -112,12 +112,14 @@ def run_cascades(policy: Policy, steps: int, seed: int, cost_weight: float = COS
     """Play ``steps`` prompts of the Table 1 environment live (no replay). Mean utility, cost (USD) and success rate per prompt over ``steps`` prompts."""
     rng = np.random.default_rng(seed)
     utility = cost = success = 0.0
-    for _ in range(steps):
+    for t in range(steps):
         level = int(rng.integers(len(LEVELS)))
         x = EYE[level]
         tried: list[str] = []
         while True:
-            decision = policy.select(Context(embedding=x, tried=tuple(tried), costs=PRICES))
+            decision = policy.select(
+                Context(embedding=x, tried=tuple(tried), costs=PRICES, decision_key=str(t))
+            )
             if not decision.arms:
                 break
             arm = decision.arms[0]
@@ -126,7 +128,14 @@ def run_cascades(policy: Policy, steps: int, seed: int, cost_weight: float = COS
             utility -= cost_weight * PRICES[arm]
             tried.append(arm)
             policy.update(
-                Observation(embedding=x, arm=arm, reward=reward, cost=PRICES[arm], kind="cascade-step")
+                Observation(
+                    embedding=x,
+                    arm=arm,
+                    reward=reward,
+                    cost=PRICES[arm],
+                    kind="cascade-step",
+                    decision_key=str(t),
+                )
             )
             if reward == 1.0:
                 utility += 1.0

@@ -153,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=1, help="FAISS threads while timing")
     parser.add_argument("--build-threads", type=int, default=2, help="FAISS threads while building")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--k-max", type=int, default=32, help="the policy's k_max (the cap on k)")
+    parser.add_argument("--k-max", type=int, default=256, help="the policy's k_max (the cap on k)")
     parser.add_argument("--ef-search", type=int, default=32, help="the policy's HNSW ef_search")
     parser.add_argument("--out", default=None, help="write the rows as JSON here")
     args = parser.parse_args(argv)

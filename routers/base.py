@@ -13,11 +13,20 @@ benchmark drive the same objects through these calls:
 A policy owns a ``numpy.random.Generator`` seeded from the router's seed. Callers that need decisions that
 do not depend on how many selections a process served before (several gateway replicas folding the same
 event log) pass their own generator in ``Context.rng``; the policy then draws from that one.
+
+Every decision has a key, ``Context.decision_key``, and the feedback about it carries the same key in
+``Observation.decision_key`` (the gateway: the decision id; the simulator: the round index). A policy
+that keeps state per decision (PromptWise's open cascade step) or draws randomness while learning
+(thompson-set's Bernoulli trick) derives it from the key and from folded observations only, never from
+the selects a process served, so every replica folding the same event log holds the same state. None
+means the caller keys nothing (a single client in sequence); such a policy then falls back to one
+unkeyed slot, or to its own generator, which is not replica-safe.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -49,6 +58,10 @@ class Context:
     (the gateway's ``router_counters``). A policy that counts its own selects (kNN-UCB's round t, BALROG's
     query budget) takes its counts from them when given, so they survive restarts and replicas agree;
     None (the simulator) means the policy counts its own selects.
+
+    ``decision_key`` names the decision this select belongs to: the same key for every select of one
+    decision (an adaptive cascade's later steps included) and in every observation about it; unique per
+    decision (the gateway's decision id, the simulator's round). None: unkeyed (see the module doc).
     """
 
     embedding: np.ndarray
@@ -59,6 +72,7 @@ class Context:
     rng: np.random.Generator | None = None
     decisions_before: int | None = None
     query_rounds_before: int | None = None
+    decision_key: str | None = None
 
 
 @dataclass
@@ -93,7 +107,8 @@ class Observation:
     ``kind``: ``bandit`` (the chosen model's reward), ``query`` (an active-learning probe of another model),
     ``cascade-step`` (a step of a cascade; ``reward`` is the step's outcome). ``reward`` or ``cost`` may be
     None when the feedback carries only the other. ``output_embedding`` is the answer's embedding, the
-    feedback of diversity-aware mixture policies.
+    feedback of diversity-aware mixture policies. ``decision_key``: the key of the decision this feedback
+    is about (``Context.decision_key`` of its selects), None when the caller keys nothing.
     """
 
     embedding: np.ndarray
@@ -103,6 +118,7 @@ class Observation:
     kind: ObservationKind = "bandit"
     output_embedding: np.ndarray | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    decision_key: str | None = None
 
 
 @runtime_checkable
@@ -148,11 +164,14 @@ def make_rng(seed: int | None) -> np.random.Generator:
     return np.random.default_rng(seed)
 
 
-def decision_rng(seed: int, key: int) -> np.random.Generator:
+def decision_rng(seed: int, key: int | str) -> np.random.Generator:
     """The generator of one decision: a function of the router's ``seed`` and a per-decision ``key`` only
     (the gateway's decision id, or a client's request seed; the simulator's round under ``round_rng``),
     so the same decision draws the same numbers wherever and whenever it is made, and a cascade's later
-    steps of that decision start from the same generator again."""
+    steps of that decision start from the same generator again. A string key (a ``decision_key``) enters
+    as the first 8 bytes of its BLAKE2b digest, the same on every machine and process."""
+    if isinstance(key, str):
+        key = int.from_bytes(hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest(), "big")
     return np.random.default_rng(np.random.SeedSequence([seed, key]))
 
 

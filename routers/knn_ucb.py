@@ -5,7 +5,7 @@ nearest neighbour of the prompt x (``routers.neighbors``):
 
     (3) f_g(x, k) = (1/k) sum_{(x', y) in NN_g(x, k)} y
     (4) U_g(x, k) = s * sqrt(theta * log L / k) + phi(t) * l * r_{g,k}       L = N_g (eq. 4) or t
-    (5) k_g       = argmin_{1 <= k <= min(N_g, k_max)} U_g(x, k)
+    (5) k_g       = argmin_{1 <= k <= min(N_g, k_max)} U_g(x, k)   (the paper: 1 <= k <= N_g)
     (6) I_g(x)    = f_g(x, k_g) + U_g(x, k_g),   I_g = +inf while N_g = 0
     (7) g_t       = argmax_g I_g(x)   (ties uniformly at random)
 
@@ -29,10 +29,21 @@ the "nugget") and slope ~ lambda^2 (how fast the mean reward moves with distance
 Tuned on RouteLLM GSM8K / MMLU and a synthetic set (``experiments/tune_knn.py``, numbers in
 ``docs/policies/knn-ucb.md``): theta = 0.1, phi = 1.
 
-Until ``min_pairs`` pairs are in, s is the std of all rewards seen and l = 0 (k = min(N_g, k_max):
-context-free UCB on each arm's mean). Multiplying every reward by c multiplies s, l, U and f by c, so the
-decisions do not depend on the reward scale. A slope of 0 (rewards do not vary with the prompt) gives
-l = 0 and the policy falls back to per-arm means, which is what it should do.
+The cap k_max on k bounds the work of one search and nothing else: eq. 5 lets k grow to N_g, and with
+k_max = 256 (the default) k may grow with the arm's history up to 256 wherever the geometric term allows.
+A small cap floors the bonus at s sqrt(theta log t / k_max) and the standard deviation of f at
+s / sqrt(k_max), so the policy explores for ever among arms closer than about that: with two
+prompt-independent arms at 0.80 and 0.72 (s ~ 0.42), k_max = 32 left 27.6% of 8000 pulls on the worse
+arm (mean of two seeds), k_max = 256 7.7%, and a cap growing as max(32, ceil(sqrt N_g)) 25.5%
+(docs/policies/knn-ucb.md, "The cap on k").
+
+Context-free fallback. Until ``min_pairs`` pairs are in, s is the std of all rewards seen and l = 0; a
+fitted slope of 0 (rewards do not vary with the prompt) also gives l = 0. With l = 0, U(k) = s sqrt(theta
+log L / k) decreases in k, so k = min(N_g, k_max): f is the arm's mean reward while N_g <= k_max, and
+beyond that the mean of its k_max nearest points (an unbiased local estimate of the arm's mean when
+rewards do not depend on the prompt, with variance s^2 / k_max), not the mean over the whole history.
+Multiplying every reward by c multiplies s, l, U and f by c, so the decisions do not depend on the
+reward scale.
 
 Hyperparameters (keyword arguments; ``None`` takes the preset's value):
     preset      "scale-free" (default) or "paper"
@@ -43,9 +54,8 @@ Hyperparameters (keyword arguments; ``None`` takes the preset's value):
     log_of      "arm" (log N_g, eq. 4 as written; paper) or "t" (log t, Lemmas A.6/A.8, Reeve et al.;
                 scale-free). With log N_g an arm that few rounds chose keeps a fixed bonus however long
                 it is ignored, so it may never be tried again; log t grows and it is retried (UCB1-like).
-    k_max       cap on k (default 32); also bounds the cost of one select. 32 met the 2 ms select target
-                at 1e6 points (256 cost 7.9 ms) and scored the same as 256 on GSM8K, MMLU and the
-                synthetic set at T = 2000 (docs/policies/knn-ucb.md)
+    k_max       cap on k and on the neighbours one search fetches (default 256): the work bound of a
+                select (docs/policies/knn-ucb.md, "Select budget"), not a statistical choice
     k_init      neighbours an HNSW store fetches first (at least ef_search; doubled as the scan needs)
     window      points kept per arm (default 100000); memory "window" (latest) or "reservoir" (uniform)
     hnsw_at     an arm's index switches from exact IndexFlatIP to HNSW at this many points (default 4096)
@@ -69,7 +79,7 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -83,7 +93,7 @@ from routers.base import (
     candidate_arms,
     require,
 )
-from routers.neighbors import MEMORIES, ArmNeighbors, KChoice, adaptive_k
+from routers.neighbors import MEMORIES, ArmNeighbors, CompactionJob, KChoice, adaptive_k
 
 PRESETS: dict[str, dict[str, Any]] = {
     "scale-free": {"theta": 0.1, "phi": 1.0, "phi_t": "const", "scale": "variogram", "log_of": "t"},
@@ -148,7 +158,7 @@ class KnnUCB(PolicyBase):
         phi_t: str | None = None,
         scale: str | None = None,
         log_of: str | None = None,
-        k_max: int = 32,
+        k_max: int = 256,
         k_init: int = 16,
         window: int = 100_000,
         memory: str = "window",
@@ -306,23 +316,36 @@ class KnnUCB(PolicyBase):
         }, choice
 
     def select(self, context: Context) -> Decision:
-        """g_t = argmax_g I_g(x) (eq. 7), uniform tie-break; then (BALROG) the query decision."""
+        """g_t = argmax_g I_g(x) (eq. 7), uniform tie-break; then (BALROG) the query decision.
+
+        A select with ``context.tried`` non-empty re-asks for the same prompt (a cascade's next step, the
+        gateway's fallback after a failed call): it is not a new decision, so it advances no counter
+        (round t, BALROG's budget and trigger calibration) and never queries; it is scored at the
+        current round t (with ``decisions_before``, that decision's t)."""
         x = _as_vector(context.embedding)
         self._ensure_dim(x)
         arms = candidate_arms(self._arms, context)
         if not arms:
             return Decision(arms=[], info={"reason": "no candidate arm"})
         before = context.decisions_before
-        self.t = self.t + 1 if before is None else self._t_base + before + 1
+        if before is not None:
+            t = self._t_base + before + 1
+        else:
+            t = max(self.t, 1) if context.tried else self.t + 1
+        if not context.tried:
+            self.t = t
         rng = self._rng(context)
         scores: dict[str, dict[str, float]] = {}
         choices: dict[str, KChoice | None] = {}
         spread = self.variogram.spread()
         for arm in arms:
-            scores[arm], choices[arm] = self.explain(arm, x, self.t, self.scales(arm, spread))
+            scores[arm], choices[arm] = self.explain(arm, x, t, self.scales(arm, spread))
         index = np.array([scores[a]["index"] for a in arms])
         chosen = arms[argmax_random_tie(index, rng)]
-        info: dict[str, Any] = {"t": self.t}
+        info: dict[str, Any] = {"t": t}
+        if context.tried:
+            info["reselect"] = True
+            return Decision(arms=[chosen], scores=scores, info=info)
         query = self._query(arms, chosen, scores, choices, rng, info, context.query_rounds_before)
         return Decision(arms=[chosen], scores=scores, query=query, info=info)
 
@@ -381,6 +404,26 @@ class KnnUCB(PolicyBase):
                     vec, other = store.random_point()
                     pairs = [(float(dist[1]), ys[i] - float(near[1]))]
                     self._add_pairs(arm, [*pairs, (max(1.0 - float(vec @ emb[i]), 0.0), ys[i] - other)])
+
+    def compaction_jobs(self) -> Iterator[CompactionJob]:
+        """A compaction for every arm whose store holds more tombstones (evicted points) than live ones,
+        one at a time (each copies its arm's live vectors when it is reached, so one copy at a time).
+        ``update`` never rebuilds an index for them (only a store nobody compacts does, at 4x); the
+        owner of the policy runs these jobs off the request path: the gateway's compaction loop
+        (``app.compaction``) builds each in a worker thread while the old index keeps serving, then
+        swaps it in (``CompactionJob.finish`` replays the writes made meanwhile)."""
+        for store in list(self._stores.values()):
+            if store.needs_compaction:
+                yield store.begin_compaction()
+
+    def maintain(self) -> int:
+        """Run every compaction job now, in this thread (a simulator between rounds, tests); returns
+        how many stores were rebuilt. Searches return the same points before and after."""
+        done = 0
+        for job in self.compaction_jobs():
+            job.build()
+            done += job.finish()
+        return done
 
     def _add_pairs(self, arm: str, pairs: Sequence[tuple[float, float]]) -> None:
         own = self._arm_vario.setdefault(arm, Variogram())

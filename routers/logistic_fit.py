@@ -105,7 +105,9 @@ class LinearLogisticArm:
     ``exact=True`` refits after every observation (the paper's "recompute the MLE"); otherwise observations
     take the O(d^2) Laplace step and an exact refit runs when n reaches ``next_refit`` (then
     ``next_refit = max(n + 1, ceil(n * refit_growth))``). The history is kept for refits up to
-    ``max_history`` points; past that, refits stop and the arm continues with online steps only.
+    ``max_history`` points; past that, refits stop and the arm continues with online steps only, from
+    the Laplace posterior N(theta, H^{-1}) of the last refit (H^{-1} is recomputed at every refit, in both
+    modes).
     """
 
     def __init__(self, dim: int, gamma: float, exact: bool, refit_growth: float, max_history: int) -> None:
@@ -150,8 +152,8 @@ class LinearLogisticArm:
         x = np.asarray(self.xs, dtype=np.float64).reshape(-1, self.dim)
         r = np.asarray(self.rs, dtype=np.float64)
         self.theta = fit_logistic(x, r, self.gamma, self.theta)
-        if not self.exact:
-            self.h_inv = logistic_hessian_inverse(x, self.theta, self.gamma)
+        # in both modes: once max_history stops the refits, the online steps start from this posterior
+        self.h_inv = logistic_hessian_inverse(x, self.theta, self.gamma)
         self.next_refit = max(self.n + 1, math.ceil(self.n * self.refit_growth))
         self.refits += 1
 

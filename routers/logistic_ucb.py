@@ -5,8 +5,14 @@ variant PromptWise-RBF in ``routers.kernel_logistic``). For a prompt x with per-
 cost weight lambda (``cost_weight``, reward units per USD):
 
     q_a = sigma( x^T theta_a + alpha * ||x||_{V_a^{-1}} ),   V_a = gamma I + sum_s x_s x_s^T        (Eq. 6)
-    stop                    if max_a (q_a - lambda c_a) <= 0, or tau_max calls were made          (Alg. 1)
-    call  argmin_a c_a / q_a   otherwise (ties at random)
+    stop                    if max_a (q_a - lambda c_a) <= 0, or tau_max calls were made   (Eq. 2, Alg. 1)
+    call  argmin_a c_a / q_a   otherwise                                               (Eq. 2, Alg. 1 l. 12)
+
+The call is chosen by the ratio c_a / q_a itself, the optimistic expected cost per success, for every
+lambda: ties go to the larger q_a, remaining ties at random. For lambda > 0 this is the same order as
+argmax_a (1 - lambda c_a / q_a), the utility of Eq. 3 that ``Decision.scores`` reports as ``index``; at
+lambda = 0 that index is 1 for every arm and would order nothing, while c_a / q_a still calls the
+cheapest model per expected success first (with equal prices: the likeliest to succeed).
 
 The decision is adaptive: the caller calls ``arms[0]``, reports the outcome (kind ``cascade-step`` or
 ``bandit``), and calls ``select`` again with the called models in ``Context.tried``. The failure is folded
@@ -16,14 +22,30 @@ possible before the first call: the prompt is declined).
 
 Exploration phase (Alg. 1 lines 1-5): while a candidate arm has fewer than ``tau_exp`` observations, a step
 calls one uniformly chosen such arm once and stops. ``per_step_update=True`` is Algorithm 2: estimates stay
-frozen during a step and the step's observations are folded when it ends (on a success, or when the next
-step starts).
+frozen during a step and the step's observations are folded when it ends.
+
+Per-decision state. A step of the cascade is one decision (``Context.decision_key`` /
+``Observation.decision_key``), and what the policy remembers about an open step (whether its first call
+was an exploration pull; under Alg. 2 its observations not folded yet) is kept per key and derived from
+that decision's folded observations only, so interleaved cascades do not disturb each other and every
+replica folding the same event log holds the same state (``state_dict`` includes it). A key's first
+observation was an exploration pull when its arm had fewer than ``tau_exp`` observations (folded and
+pending) when it was folded. A key's record ends, its pending observations folded, on a success, at its
+``max_calls``-th observation, once it has called every arm (without ``allow_repeat``), or when it is
+the least recently updated of more than ``max_open_decisions`` open records (LRU; an exploration step's
+record is a flag kept until this bound evicts it, so a late re-select of that decision still stops). A
+cascade that the policy itself stops (no arm worth its cost) leaves no event, so under Alg. 2 its
+observations wait for that LRU bound. Unkeyed callers (key None) share one slot, which a select with
+nothing ``tried`` (a new prompt) closes and opens afresh (unkeyed feedback with no slot open is folded
+at once): the single-client behaviour, not replica-safe.
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter, OrderedDict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -62,6 +84,26 @@ def call_budget(context: Context, default: int) -> int:
     return int(value)
 
 
+def cheapest_per_success(cost: np.ndarray, q: np.ndarray, rng: np.random.Generator) -> int:
+    """argmin_a c_a / q_a (Eq. 2; q_a = 0 counts as an infinite ratio), ties to the larger q_a, then at
+    random. Independent of lambda, so lambda = 0 still orders the arms by cost per expected success."""
+    positive = q > 0
+    ratio = np.full(q.shape, math.inf)
+    ratio[positive] = cost[positive] / q[positive]
+    best = np.flatnonzero(ratio == np.min(ratio))
+    return int(best[argmax_random_tie(q[best], rng)])
+
+
+@dataclass
+class OpenStep:
+    """What PromptWise remembers about one decision's cascade step, from its folded observations only."""
+
+    calls: int = 0
+    explored: bool = False  # its first call was an exploration pull: the step is over
+    arms: set[str] = field(default_factory=set)  # the arms it has called
+    pending: list[tuple[str, np.ndarray, float]] = field(default_factory=list)  # Alg. 2: not folded yet
+
+
 class PromptWise(PolicyBase):
     """PromptWise (Alg. 1) and its variants. Hyperparameters:
 
@@ -74,7 +116,8 @@ class PromptWise(PolicyBase):
     every observation); ``refit_growth`` (1.5) and ``max_history`` (20000) for the online schedule;
     ``bias`` appends a constant feature, rescaled so ||x|| <= 1 (False, as the paper); ``dim``;
     ``kernel`` "linear" or "rbf" with ``bandwidth`` sigma (1.0), ``kernel_reg`` alpha_reg (1.0),
-    ``max_points`` (256) and ``scale_rbf_bonus`` (multiply B(x) by alpha as the public code does; False).
+    ``max_points`` (256) and ``scale_rbf_bonus`` (multiply B(x) by alpha as the public code does; False);
+    ``max_open_decisions`` (1024) the LRU bound on per-decision records (see the module doc).
     """
 
     name: ClassVar[str] = "promptwise"
@@ -103,6 +146,7 @@ class PromptWise(PolicyBase):
         kernel_reg: float = 1.0,
         max_points: int = 256,
         scale_rbf_bonus: bool = False,
+        max_open_decisions: int = 1024,
     ) -> None:
         super().__init__(arms, seed)
         finite = np.isfinite
@@ -124,6 +168,10 @@ class PromptWise(PolicyBase):
         require(
             isinstance(max_points, int) and max_points >= 1,
             f"max_points must be an int >= 1, got {max_points!r}",
+        )
+        require(
+            isinstance(max_open_decisions, int) and max_open_decisions >= 1,
+            f"max_open_decisions must be an int >= 1, got {max_open_decisions!r}",
         )
         self.cost_weight = float(cost_weight)
         self.max_calls = max_calls
@@ -164,10 +212,12 @@ class PromptWise(PolicyBase):
             "kernel_reg": self.kernel_reg,
             "max_points": max_points,
             "scale_rbf_bonus": self.scale_rbf_bonus,
+            "max_open_decisions": max_open_decisions,
         }
+        self.max_open_decisions = max_open_decisions
         self._models: dict[str, ArmModel] = {}
-        self._pending: list[tuple[str, np.ndarray, float]] = []  # Alg. 2: this step's observations
-        self._exploring: np.ndarray | None = None  # the prompt of the current exploration step
+        # per decision key, least recently updated first
+        self._steps: OrderedDict[str | None, OpenStep] = OrderedDict()
         if dim is not None:
             for arm in self._arms:
                 self._on_add_arm(arm)
@@ -194,7 +244,8 @@ class PromptWise(PolicyBase):
 
     def _on_remove_arm(self, arm: str) -> None:
         self._models.pop(arm, None)
-        self._pending = [p for p in self._pending if p[0] != arm]
+        for step in self._steps.values():
+            step.pending = [p for p in step.pending if p[0] != arm]
 
     def current_alpha(self) -> float:
         """alpha = log(|A| / delta) unless set (the paper's experimental value, Sec. 5.1)."""
@@ -205,7 +256,8 @@ class PromptWise(PolicyBase):
     def explain(self, arm: str, x: np.ndarray, cost: float) -> dict[str, float]:
         """estimate sigma(x^T theta), bonus alpha ||x||_{V^-1} (logit units),
         q = sigma(logit + bonus) (Eq. 6), gain q - lambda c,
-        index 1 - lambda c / q (argmax index = argmin c / q)."""
+        index 1 - lambda c / q (Eq. 3's utility: a reported score; the choice is argmin c / q, see
+        ``cheapest_per_success``)."""
         model = self._models[arm]
         logit, width = model.logit(x)
         alpha = self.current_alpha()
@@ -227,12 +279,14 @@ class PromptWise(PolicyBase):
     def select(self, context: Context) -> Decision:
         """One step of the cascade: the next arm to call, or ``arms=[]`` to stop (see the module doc)."""
         x = self._features(context.embedding)
-        if self._pending and (not context.tried or not np.array_equal(self._pending[0][1], x)):
-            self._flush()
+        key = context.decision_key
+        if key is None and not context.tried:  # unkeyed: a new prompt ends the previous step
+            self._close(None)
+            self._steps[None] = OpenStep()
         calls = len(context.tried)
         stop: dict[str, Any] = {"mode": "cascade", "adaptive": True}
-        exploring, self._exploring = self._exploring, None
-        if calls > 0 and exploring is not None and np.array_equal(exploring, x):
+        step = self._steps.get(key)
+        if calls > 0 and step is not None and step.explored:
             # the exploration phase pulls one arm once per step, then moves on
             return Decision(arms=[], info={"reason": "exploration step done", "calls": calls}, **stop)
         if calls >= call_budget(context, self.max_calls):
@@ -241,10 +295,10 @@ class PromptWise(PolicyBase):
         if not arms:
             return Decision(arms=[], info={"reason": "no candidate arm", "calls": calls}, **stop)
         rng = self._rng(context)
-        unexplored = [a for a in arms if self._models[a].n + self._pending_count(a) < self.tau_exp]
+        pending = self._pending_counts()
+        unexplored = [a for a in arms if self._models[a].n + pending[a] < self.tau_exp]
         if unexplored and calls == 0:
             chosen = unexplored[int(rng.integers(len(unexplored)))]
-            self._exploring = x.copy()
             return Decision(arms=[chosen], info={"phase": "explore", "calls": calls}, **stop)
         costs = call_costs(arms, context, self.prices)
         scores = {a: self.explain(a, x, float(c)) for a, c in zip(arms, costs, strict=True)}
@@ -252,30 +306,52 @@ class PromptWise(PolicyBase):
             return Decision(
                 arms=[], scores=scores, info={"reason": "no arm worth its cost", "calls": calls}, **stop
             )
-        index = np.array([scores[a]["index"] for a in arms])
-        chosen = arms[argmax_random_tie(index, rng)]
+        cost = np.array([scores[a]["cost"] for a in arms])
+        q = np.array([scores[a]["q"] for a in arms])
+        chosen = arms[cheapest_per_success(cost, q, rng)]
         return Decision(arms=[chosen], scores=scores, info={"phase": "exploit", "calls": calls}, **stop)
 
-    def _pending_count(self, arm: str) -> int:
-        return sum(1 for p in self._pending if p[0] == arm)
+    def _pending_counts(self) -> Counter[str]:
+        """Observations per arm held by open Alg. 2 steps (empty without ``per_step_update``)."""
+        if not self.per_step_update:
+            return Counter()
+        return Counter(arm for step in self._steps.values() for arm, _, _ in step.pending)
 
     def update(self, observation: Observation) -> None:
         """Fold one call's outcome r in [0, 1] (``bandit`` or ``cascade-step``; a ``query`` too) into the
-        arm's model at this prompt. Under ``per_step_update`` it waits for the step to end."""
+        arm's model at this prompt, and into its decision's record (see the module doc). Under
+        ``per_step_update`` it waits for the step to end."""
         if observation.reward is None or observation.arm not in self._arms:
             return
+        arm, key = observation.arm, observation.decision_key
         x = self._features(observation.embedding)
         r = min(max(float(observation.reward), 0.0), 1.0)
-        if not self.per_step_update:
-            self._models[observation.arm].observe(x, r)
+        step = self._steps.pop(key, None)  # re-inserted last: the most recently updated
+        if step is None and key is None:  # unkeyed feedback outside a step opened by a select
+            self._models[arm].observe(x, r)
             return
-        self._pending.append((observation.arm, x, r))
-        if r >= 1.0:  # a success ends the step
-            self._flush()
+        step = step or OpenStep()
+        if step.calls == 0:  # the decision's first call: was it an exploration pull?
+            step.explored = self._models[arm].n + self._pending_counts()[arm] < self.tau_exp
+        step.calls += 1
+        step.arms.add(arm)
+        if step.explored or not self.per_step_update:
+            self._models[arm].observe(x, r)
+        else:
+            step.pending.append((arm, x, r))
+        self._steps[key] = step
+        every_arm = not self.allow_repeat and step.arms.issuperset(self._arms)
+        if not step.explored and (r >= 1.0 or step.calls >= self.max_calls or every_arm):
+            self._close(key)
+        while len(self._steps) > self.max_open_decisions:
+            self._close(next(iter(self._steps)))
 
-    def _flush(self) -> None:
-        pending, self._pending = self._pending, []
-        for arm, x, r in pending:
+    def _close(self, key: str | None) -> None:
+        """End a decision's record: fold its pending observations (Alg. 2) and forget it."""
+        step = self._steps.pop(key, None)
+        if step is None:
+            return
+        for arm, x, r in step.pending:
             if arm in self._models:
                 self._models[arm].observe(x, r)
 
@@ -283,8 +359,16 @@ class PromptWise(PolicyBase):
         return {
             "dim": self.dim,
             "models": {a: m.state() for a, m in self._models.items()},
-            "pending": [{"arm": a, "x": x.copy(), "r": r} for a, x, r in self._pending],
-            "exploring": None if self._exploring is None else self._exploring.copy(),
+            "steps": [  # least recently updated first
+                {
+                    "key": key,
+                    "calls": step.calls,
+                    "explored": step.explored,
+                    "arms": sorted(step.arms),
+                    "pending": [{"arm": a, "x": x.copy(), "r": r} for a, x, r in step.pending],
+                }
+                for key, step in self._steps.items()
+            ],
         }
 
     def _load(self, learned: Mapping[str, Any]) -> None:
@@ -299,8 +383,24 @@ class PromptWise(PolicyBase):
             self._models[arm] = model
         for arm in self._arms:
             self._on_add_arm(arm)
-        exploring = learned.get("exploring")
-        self._exploring = None if exploring is None else np.array(exploring, dtype=np.float64)
-        self._pending = [
-            (p["arm"], np.array(p["x"], dtype=np.float64), float(p["r"])) for p in learned["pending"]
-        ]
+        self._steps = OrderedDict()
+        for item in learned.get("steps", _legacy_steps(learned)):
+            self._steps[item["key"]] = OpenStep(
+                calls=int(item["calls"]),
+                explored=bool(item["explored"]),
+                arms={str(a) for a in item["arms"]},
+                pending=[
+                    (str(p["arm"]), np.array(p["x"], dtype=np.float64), float(p["r"]))
+                    for p in item["pending"]
+                ],
+            )
+
+
+def _legacy_steps(learned: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A state saved before per-decision records: its single slot becomes the unkeyed record."""
+    pending = list(learned.get("pending", []))
+    explored = learned.get("exploring") is not None
+    if not pending and not explored:
+        return []
+    arms = sorted({str(p["arm"]) for p in pending})
+    return [{"key": None, "calls": len(pending), "explored": explored, "arms": arms, "pending": pending}]

@@ -11,15 +11,25 @@ exist in faiss-gpu as well are used (HNSW is a CPU index in both builds).
 Memory. At most ``capacity`` live points per arm. ``memory="window"`` keeps the latest ``capacity``
 observations (a new one evicts the oldest), ``memory="reservoir"`` keeps a uniform sample of everything
 seen (Vitter's algorithm R: the n-th observation replaces a uniformly random slot with probability
-capacity/n). FAISS HNSW cannot delete, so an evicted point becomes a tombstone: its label is marked dead,
-searches skip it, and the index is rebuilt from the live points when the dead outnumber the live
-(amortised O(build / capacity) per update, a one-off spike when it happens).
+capacity/n). FAISS HNSW cannot delete, so an evicted point becomes a tombstone: its label is marked dead
+and searches skip it (fetching more while tombstones fill the result).
+
+Compaction, off the write path. ``add``/``extend`` never rebuild for tombstones: an update costs one
+index insertion. When the dead outnumber the live (``needs_compaction``), the owner runs ``compact()``:
+the live vectors are copied out in one ``reconstruct_batch`` call, a new index is built from them in one
+``add``, and it replaces the old one. For a caller that must keep serving meanwhile, the same work is
+split in three (``begin_compaction`` copies, ``CompactionJob.build`` builds without touching the store,
+so it can run in another thread while the old index keeps serving and taking writes, and
+``CompactionJob.finish`` swaps it in after replaying the writes made since the copy). A store whose
+owner never compacts compacts itself inside a write once the dead reach ``backstop`` times the live
+(default 4): memory stays bounded, at the price of the old spike. The only other rebuild in a write is
+the one-off switch from exact to HNSW at ``hnsw_at`` points.
 
 Adaptive k (``adaptive_k``). For U(k) = a / sqrt(k) + b * r_k with r_k non-decreasing (BALROG eq. 4-5)
 and b > 0: for any k' > k, U(k') > b r_{k'} >= b r_k, so once b r_m >= min_{k<=m} U(k) no larger k
 can win. On an HNSW store the scan fetches max(k_init, ef_search) neighbours and doubles the number
-fetched until that holds, all neighbours are fetched, or ``k_max`` is reached (the documented cap: k
-never exceeds k_max). On an exact store one search fetches min(N, k_max) at once (a flat search scans
+fetched until that holds, all neighbours are fetched, or ``k_max`` is reached (k never exceeds k_max:
+it bounds the work of one search). On an exact store one search fetches min(N, k_max) at once (a flat search scans
 everything anyway, so fetching more costs only the final partial sort).
 """
 
@@ -61,6 +71,7 @@ class ArmNeighbors:
         ef_search: int = 32,
         ef_construction: int = 80,
         seed: int | None = 0,
+        backstop: float = 4.0,
     ) -> None:
         self.dim = int(dim)
         self.capacity = int(capacity)
@@ -76,6 +87,8 @@ class ArmNeighbors:
         self._slot_label = np.empty(0, dtype=np.int64)  # by slot
         self._index: Any = faiss.IndexFlatIP(self.dim)
         self.hnsw = False
+        self.backstop = float(backstop)
+        self.builds = 0  # index rebuilds so far (the HNSW switch and compactions)
 
     # --- size ------------------------------------------------------------------------------------------
 
@@ -157,17 +170,32 @@ class ArmNeighbors:
         self._slot_label[row_slots[old]] = labels[old]
         fresh = np.argsort(row_slots[~old], kind="stable")  # new slots len, len + 1, ...
         self._slot_label = np.concatenate([self._slot_label, labels[~old][fresh]])
-        if self.dead > max(len(self), 64):
-            self._rebuild(hnsw=self.hnsw)
+        if self.dead > self.backstop * max(len(self), 64):
+            self.compact()  # nobody maintains this store: bound its memory here
+
+    @property
+    def needs_compaction(self) -> bool:
+        """True when the tombstones outnumber the live points (and are more than 64)."""
+        return self.dead > max(len(self), 64)
+
+    def compact(self) -> None:
+        """Rebuild the index from the live points in slot order (label = slot), in bulk."""
+        job = self.begin_compaction()
+        job.build()
+        job.finish()
+
+    def begin_compaction(self) -> CompactionJob:
+        """Copy the live points (one bulk read); the returned job builds and swaps in the new index."""
+        labels = self._slot_label.copy()
+        return CompactionJob(self, self._index, labels, self._vectors(labels), self._rewards[labels].copy())
+
+    def _vectors(self, labels: np.ndarray) -> np.ndarray:
+        if labels.shape[0] == 0:
+            return np.empty((0, self.dim), dtype=np.float32)
+        return np.ascontiguousarray(self._index.reconstruct_batch(labels), dtype=np.float32)
 
     def _live_vectors(self) -> np.ndarray:
-        if len(self) == 0:
-            return np.empty((0, self.dim), dtype=np.float32)
-        if self.dead == 0 and np.array_equal(self._slot_label, np.arange(len(self))):
-            return np.asarray(self._index.reconstruct_n(0, len(self)), dtype=np.float32)
-        return np.vstack([self._index.reconstruct(int(label)) for label in self._slot_label]).astype(
-            np.float32
-        )
+        return self._vectors(self._slot_label)
 
     def _rebuild(
         self,
@@ -189,9 +217,35 @@ class ArmNeighbors:
             rewards = np.concatenate([rewards, ex_rew[~old]])
         self._index = self._new_index(hnsw)
         self.hnsw = hnsw
+        self.builds += 1
         self._rewards = np.empty(0, dtype=np.float64)
         self._alive = np.empty(0, dtype=bool)
         self._slot_label = self._append(vectors, rewards) if vectors.shape[0] else np.empty(0, dtype=np.int64)
+
+    def _swap_in(self, job: CompactionJob) -> bool:
+        """Install ``job``'s index, replaying the writes made since ``begin_compaction``; False (and
+        nothing changed) if the index was replaced meanwhile (another compaction, a load, the HNSW
+        switch)."""
+        if self._index is not job.source or job.index is None:
+            return False
+        n0 = job.labels.shape[0]
+        current = self._slot_label
+        moved = np.flatnonzero(current[:n0] != job.labels)  # slots evicted and refilled since the copy
+        fresh = np.concatenate([moved, np.arange(n0, current.shape[0], dtype=np.int64)])
+        replay = current[fresh]
+        vectors, rewards = self._vectors(replay), self._rewards[replay].copy()
+        self._index = job.index
+        self._rewards = np.array(job.rewards, dtype=np.float64)
+        self._alive = np.ones(n0, dtype=bool)
+        slot_label = np.arange(n0, dtype=np.int64)
+        if replay.shape[0]:
+            self._alive[moved] = False  # the copied point of a refilled slot is evicted
+            new = self._append(vectors, rewards)
+            slot_label = np.concatenate([slot_label, np.empty(fresh.shape[0] - moved.shape[0], np.int64)])
+            slot_label[fresh] = new
+        self._slot_label = slot_label
+        self.builds += 1
+        return True
 
     # --- reads -----------------------------------------------------------------------------------------
 
@@ -260,6 +314,32 @@ class ArmNeighbors:
         self._slot_label = np.asarray(state["slot_label"], dtype=np.int64).copy()
         self.seen = int(state["seen"])
         self.rng.bit_generator.state = dict(state["rng"])
+
+
+class CompactionJob:
+    """One compaction of an ``ArmNeighbors``: the live points copied at ``begin_compaction``, the index
+    ``build`` makes from them (touching nothing shared: safe in another thread while the store serves),
+    and ``finish``, which swaps it in (in the store's own thread)."""
+
+    def __init__(
+        self, store: ArmNeighbors, source: Any, labels: np.ndarray, vectors: np.ndarray, rewards: np.ndarray
+    ) -> None:
+        self.store, self.source = store, source
+        self.labels, self.vectors, self.rewards = labels, vectors, rewards
+        self.hnsw = store.hnsw
+        self.index: Any = None
+
+    def build(self) -> None:
+        index = self.store._new_index(self.hnsw)
+        if self.vectors.shape[0]:
+            index.add(self.vectors)
+        self.index = index
+
+    def finish(self) -> bool:
+        """Swap the new index in; False if the store's index changed since the copy (nothing done)."""
+        done = self.store._swap_in(self)
+        self.vectors = np.empty((0, self.store.dim), dtype=np.float32)  # free the copy
+        return done
 
 
 @dataclass(frozen=True)

@@ -8,18 +8,20 @@ All share ``SetBandit``'s statistics, cost normalisation, cascade order and stat
 - ``eps-greedy-set``: with probability eps_t = min(1, 2 sqrt(K) / sqrt(t)) a uniformly random set of N
   models, else the budgeted relaxed problem solved with the plug-in means (muhat, chat) and rounded.
 - ``thompson-set``: Beta(1 + a_k, 1 + b_k) posteriors over rewards in [0, 1] (Bernoulli trick: each
-  reward X adds s ~ Bernoulli(X) to a_k and 1 - s to b_k); a sampled theta goes through the budgeted
+  reward X adds s ~ Bernoulli(X) to a_k and 1 - s to b_k, drawn from the observation's
+  ``decision_key``, so replicas agree); a sampled theta goes through the budgeted
   relaxed problem with the mean costs chat (``costs="mean"``) or, ``costs="ignore"``, the top N by theta.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from routers.base import Context, Observation, require
+from routers.base import Context, Observation, decision_rng, require
 from routers.combinatorial import SetBandit, confidence_radius, require_confidence
 
 Choice = tuple[list[int], np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]
@@ -126,13 +128,23 @@ class ThompsonSet(SetBandit):
         self._beta.pop(arm, None)
 
     def update(self, observation: Observation) -> None:
-        """Eq. 6 statistics, plus the Bernoulli trick: s ~ Bernoulli(clip(X, 0, 1)) into (a_k, b_k)."""
+        """Eq. 6 statistics, plus the Bernoulli trick: s ~ Bernoulli(clip(X, 0, 1)) into (a_k, b_k).
+
+        s = 1[u < X] with u drawn from ``decision_rng(seed, json.dumps([decision_key, arm, kind]))``: a function of
+        the observation alone, so every replica folding it draws the same s whatever it served before
+        (with no ``decision_key``, u comes from the policy's own generator: not replica-safe)."""
         super().update(observation)
         if observation.reward is None or observation.arm not in self._beta:
             return
-        s = float(self.rng.random() < min(max(float(observation.reward), 0.0), 1.0))
+        s = float(self._update_rng(observation).random() < min(max(float(observation.reward), 0.0), 1.0))
         self._beta[observation.arm][0] += s
         self._beta[observation.arm][1] += 1.0 - s
+
+    def _update_rng(self, observation: Observation) -> np.random.Generator:
+        key = observation.decision_key
+        if key is None:
+            return self.rng
+        return decision_rng(self.seed or 0, json.dumps([key, observation.arm, observation.kind]))
 
     def _choose(
         self, arms: list[str], est: dict[str, np.ndarray], context: Context, rng: np.random.Generator

@@ -29,3 +29,19 @@ async def test_t_and_the_query_budget_survive_restarts_and_are_shared(stack: Sta
         assert reset.status_code == 200, reset.text
         t_after, query = await decide(second, t.key)
         assert t_after == 1 and len(query) == 1  # a reset state starts counting again
+
+
+async def test_a_cascade_reselect_is_not_counted_as_a_decision(stack: Stack) -> None:
+    """``/route/{id}/next`` re-asks the policy (``Context.tried``): neither ``router_counters`` nor the
+    policy's own t and query budget may count it."""
+    async with running(create_app(stack.settings())) as client:
+        t = await make_tenancy(client, policy="balrog", hyperparameters=CAPPED)
+        first = await client.post("/route", json={"prompt": "What is 2 + 2?"}, headers=bearer(t.key))
+        assert first.status_code == 200, first.text
+        assert first.json()["info"]["t"] == 1 and len(first.json()["query"]) == 1
+        decision_id = first.json()["decision_id"]
+        for _ in range(2):
+            step = await client.post(f"/route/{decision_id}/next", json={}, headers=bearer(t.key))
+            assert step.status_code == 200, step.text
+        second = await client.post("/route", json={"prompt": "What is 3 + 3?"}, headers=bearer(t.key))
+        assert second.json()["info"]["t"] == 2 and len(second.json()["query"]) == 1  # 1 of 2 was spent

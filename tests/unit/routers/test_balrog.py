@@ -205,3 +205,33 @@ def test_the_callers_counts_set_t_and_the_spent_budget() -> None:
     fresh = Balrog(arms=["a", "b"], trigger="warm", max_queries=1)
     assert [fresh.select(Context(embedding=x)).info["t"] for _ in range(3)] == [1, 2, 3]
     assert fresh.queries == 1
+
+
+def test_a_reselect_with_tried_is_not_a_new_decision() -> None:
+    """A cascade's next step (``Context.tried`` non-empty) advances neither t, nor the query budget, nor
+    the trigger's calibration values, and asks for no query."""
+    policy = Balrog(arms=ARMS, seed=0, max_queries=100)
+    _play(policy, 40)
+    t, queries, values = policy.t, policy.queries, list(policy._values)
+    x = np.array([1.0, 0.0, 0.0], dtype=np.float32)
+    for tried in (["a"], ["a", "b"], ["c"]):
+        d = policy.select(Context(embedding=x, tried=tried))
+        assert d.info["t"] == t and d.query == [] and d.arms[0] not in tried
+    assert (policy.t, policy.queries, policy._values) == (t, queries, values)
+    assert policy.select(Context(embedding=x)).info["t"] == t + 1  # the next prompt is round t + 1
+    # with the caller's counts, a re-select is scored at its decision's round and sets no counter
+    t, queries, values = policy.t, policy.queries, list(policy._values)
+    d = policy.select(Context(embedding=x, tried=["a"], decisions_before=7, query_rounds_before=5))
+    assert d.info["t"] == 8 and d.query == []
+    assert (policy.t, policy.queries, policy._values) == (t, queries, values)
+
+
+def test_a_warm_trigger_does_not_spend_its_budget_on_reselects() -> None:
+    policy = Balrog(arms=ARMS, seed=0, trigger="warm", max_queries=2)
+    x = np.array([1.0, 0.0, 0.0], dtype=np.float32)
+    first = policy.select(Context(embedding=x))
+    assert first.query and policy.queries == 1
+    for _ in range(3):
+        assert policy.select(Context(embedding=x, tried=first.arms)).query == []
+    assert policy.queries == 1
+    assert policy.select(Context(embedding=x)).query  # the second query of the budget is still there

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -146,3 +147,57 @@ def test_bad_hyperparameters_name_the_argument() -> None:
     for bad, word in (({"theta": -1}, "theta"), ({"preset": "x"}, "preset"), ({"k_max": 0}, "k_max")):
         with pytest.raises(PolicyConfigError, match=word):
             build_policy("knn-ucb", ["a"], hyperparameters=bad)
+
+
+def _context_free_share_of_worse(seed: int, rounds: int = 8000, **hyper: Any) -> float:
+    """Two arms whose Bernoulli rewards ignore the prompt (0.80 and 0.72), 16-d random prompts."""
+    rng = np.random.default_rng(seed)
+    policy = KnnUCB(arms=["good", "bad"], seed=seed, **hyper)
+    means = {"good": 0.80, "bad": 0.72}
+    worse = 0
+    for _ in range(rounds):
+        x = rng.normal(size=16).astype(np.float32)
+        x /= np.linalg.norm(x)
+        arm = policy.select(Context(embedding=x)).arms[0]
+        worse += arm == "bad"
+        policy.update(Observation(embedding=x, arm=arm, reward=float(rng.random() < means[arm])))
+    return worse / rounds
+
+
+def test_context_free_arms_stop_exploring_the_worse_one() -> None:
+    """With l ~ 0 both arms' k sits at the cap K, so once both are past K points the worse arm wins a
+    round when f_bad - f_good > U_good - U_bad ~ 0: the k-NN means have sds sqrt(0.8 * 0.2 / K) and
+    sqrt(0.72 * 0.28 / K), so it does with probability Phi(-0.08 / sqrt(0.3616 / K)): 23% at K = 32
+    (the old cap, the "quarter" of issue 12), 1.7% at K = 256. Add the warm-up rounds before the
+    worse arm holds K points (at most ~K + a few hundred of 8000): the share stays below 10% at K = 256,
+    and cannot at K = 32."""
+    share = np.mean([_context_free_share_of_worse(seed) for seed in (0, 1)])
+    assert share < 0.10
+
+
+def test_k_grows_with_the_arms_history_up_to_the_work_cap() -> None:
+    """l = 0 (fewer than min_pairs variogram pairs): U(k) = s sqrt(theta ln t / k) falls with k, so
+    k = min(N, k_max) and f is the mean reward of those k nearest points (eq. 3)."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(600, 8)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    y = (rng.random(600) < 0.5).astype(np.float64)
+    q = x[0]
+    order = np.argsort(1.0 - x.astype(np.float64) @ q.astype(np.float64), kind="stable")
+    for n, k_max, k in ((100, 256, 100), (600, 256, 256), (600, 32, 32)):
+        policy = KnnUCB(arms=["a"], min_pairs=10**6, k_max=k_max)
+        policy.warm_start(x[:n], ["a"] * n, y[:n])
+        policy.t = 999  # round 1000: log t > 0, so the bonus falls strictly with k
+        a = policy.select(Context(embedding=q)).scores["a"]
+        assert a["k"] == k
+        near = order[order < n][:k]
+        assert a["estimate"] == pytest.approx(float(y[near].mean()))
+
+
+def test_a_reselect_with_tried_keeps_the_round() -> None:
+    policy = KnnUCB(arms=["a", "b", "c"], seed=0)
+    _run(policy, _stream(1, 30))
+    assert policy.t == 30
+    d = policy.select(Context(embedding=X0 @ np.eye(2, 3, dtype=np.float32), tried=["a"]))
+    assert d.info["t"] == 30 and policy.t == 30 and d.arms[0] != "a"
+    assert policy.select(Context(embedding=np.array([1, 0, 0], dtype=np.float32))).info["t"] == 31

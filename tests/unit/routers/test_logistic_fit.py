@@ -4,7 +4,13 @@ import numpy as np
 import pytest
 from scipy.special import expit
 
-from routers.logistic_fit import LinearLogisticArm, fit_logistic, logistic_loss
+from routers.logistic_fit import (
+    LinearLogisticArm,
+    fit_logistic,
+    laplace_step,
+    logistic_hessian_inverse,
+    logistic_loss,
+)
 
 
 def _stream(n: int, d: int, seed: int):
@@ -72,3 +78,18 @@ def test_state_round_trip(exact):
     for a in (arm, copy):
         a.observe(x[0], 1.0)
     np.testing.assert_array_equal(arm.theta, copy.theta)
+
+
+def test_exact_mode_keeps_the_inverse_hessian_current_past_the_history_cap():
+    """update="exact": every refit recomputes H^{-1} at the new theta, so once ``max_history`` stops the
+    refits the online steps start from the last fit's Laplace posterior, not from the prior gamma^{-1} I."""
+    x, r = _stream(8, 3, 5)
+    arm = LinearLogisticArm(3, 1.0, exact=True, refit_growth=1.5, max_history=5)
+    for i in range(5):
+        arm.observe(x[i], r[i])
+    np.testing.assert_allclose(arm.h_inv, logistic_hessian_inverse(x[:5], arm.theta, 1.0), atol=1e-12)
+    # past the cap: the sixth point takes one Laplace step from that posterior
+    theta5, h5 = arm.theta.copy(), arm.h_inv.copy()
+    arm.observe(x[5], r[5])
+    assert arm.refits == 5
+    np.testing.assert_allclose(arm.theta, laplace_step(theta5, h5, x[5], r[5]), atol=1e-12)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from bench.synth_promptwise import ARMS, EYE, PRICES, run_cascades
-from routers.base import Context, Observation, PolicyConfigError
+from routers.base import Context, Observation, PolicyConfigError, decode_state, encode_state
 from routers.cascade_baselines import GreedyTillSucceed, HighestCost, LowestCost, RandomTillSucceed
 from routers.logistic_ucb import PromptWise
 
@@ -47,6 +47,28 @@ def test_picks_argmin_cost_per_success_and_escalates_after_a_failure():
     # the inner-step update lowered the failed arm's optimistic success probability at this prompt
     after = policy.explain(first.arms[0], X.astype(np.float64), PRICES[first.arms[0]])
     assert after["q"] < q_before
+
+
+def test_without_a_cost_weight_the_cheapest_model_per_expected_success_goes_first():
+    """lambda = 0 makes 1 - lambda c / q equal to 1 for every arm; the paper's rule argmin c / q still
+    orders the arms (Prop. 1), so the cheapest per expected success is called first, whatever the draw."""
+    policy = _explored(cost_weight=0.0)  # every arm saw one success at X: equal q, so c / q orders by price
+    for seed in range(20):
+        decision = policy.select(Context(embedding=X, rng=np.random.default_rng(seed)))
+        assert decision.arms == ["gpt-4o-mini"]
+        assert {s["index"] for s in decision.scores.values()} == {1.0}  # the reported score, unchanged
+
+
+def test_ties_in_cost_per_success_go_to_the_larger_success_probability():
+    policy = _explored(cost_weight=0.05)
+    policy.update(Observation(embedding=X, arm="o3-mini", reward=0.0))  # o3-mini's q falls below the others'
+    policy.update(Observation(embedding=X, arm="deepseek-chat", reward=1.0))  # and deepseek's moves
+    free = {arm: 0.0 for arm in ARMS}  # c / q = 0 for every arm
+    q = {a: s["q"] for a, s in policy.select(Context(embedding=X, costs=free)).scores.items()}
+    assert len(set(q.values())) == 3  # distinct: the tie on c / q is broken by q alone
+    for seed in range(20):
+        decision = policy.select(Context(embedding=X, costs=free, rng=np.random.default_rng(seed)))
+        assert decision.arms == [max(q, key=q.__getitem__)]
 
 
 def test_respects_max_calls_from_constraints_and_hyperparameter():
@@ -121,3 +143,96 @@ def test_cascade_baselines_follow_their_rules():
     assert second != first[0]  # unvisited arms (+inf) come first
     rts = RandomTillSucceed(ARMS, seed=0, max_calls=2)
     assert rts.select(Context(embedding=X, tried=("a", "b"))).arms == []
+
+
+def _step(policy: PromptWise, x, key: str, tried=(), seed: int = 0):
+    return policy.select(
+        Context(embedding=x, tried=tuple(tried), decision_key=key, rng=np.random.default_rng(seed))
+    )
+
+
+def _report(policy: PromptWise, x, key: str, arm: str, reward: float) -> None:
+    policy.update(Observation(embedding=x, arm=arm, reward=reward, kind="cascade-step", decision_key=key))
+
+
+def test_interleaved_exploration_steps_each_stop_after_their_one_call():
+    """Two decisions explore at once (A on EYE[0], B on EYE[1]); each one's re-select stops after its
+    single exploration pull, whatever the other did in between."""
+    policy = PromptWise(ARMS, seed=0, prices=PRICES)
+    a, b = _step(policy, EYE[0], "a"), _step(policy, EYE[1], "b", seed=1)
+    assert a.info["phase"] == b.info["phase"] == "explore"
+    _report(policy, EYE[0], "a", a.arms[0], 0.0)
+    _report(policy, EYE[1], "b", b.arms[0], 0.0)
+    for x, key, first in ((EYE[0], "a", a), (EYE[1], "b", b)):
+        again = _step(policy, x, key, tried=first.arms)
+        assert again.arms == [] and again.info["reason"] == "exploration step done"
+
+
+def test_interleaved_algorithm_2_steps_keep_their_own_pending_observations():
+    """Alg. 2: decision A's failure stays pending (A's estimates frozen) while decision B starts, runs and
+    ends; B's observation is folded when B ends, A's when A ends."""
+    policy = _explored(per_step_update=True)
+
+    def n(arm: str) -> float:
+        return policy.explain(arm, X.astype(np.float64), 1.0)["n"]
+
+    assert _step(policy, X, "a").arms == ["gpt-4o-mini"]  # equal q after one success each: the cheapest
+    _report(policy, X, "a", "gpt-4o-mini", 0.0)
+    assert _step(policy, EYE[1], "b").arms == ["gpt-4o-mini"]  # another client's prompt: A is still open
+    assert n("gpt-4o-mini") == 1  # A's failure is pending
+    _report(policy, EYE[1], "b", "gpt-4o-mini", 1.0)  # B succeeds: its step ends and is folded
+    assert n("gpt-4o-mini") == 2
+    second = _step(policy, X, "a", tried=("gpt-4o-mini",)).arms
+    assert second and second != ["gpt-4o-mini"]
+    _report(policy, X, "a", second[0], 1.0)  # A ends: its failure and its success are folded
+    assert (n("gpt-4o-mini"), n(second[0])) == (3, 2)
+    assert policy.state_dict()["learned"]["steps"] == []
+
+
+def test_state_is_bounded_by_the_lru_cap_and_a_success_ends_a_decision():
+    policy = _explored(per_step_update=True, max_open_decisions=2)
+    for key in ("a", "b", "c"):
+        _report(policy, EYE[1], key, "o3-mini", 0.0)
+    assert [item["key"] for item in policy.state_dict()["learned"]["steps"]] == ["b", "c"]
+    # "a" was the least recently updated: evicted, its failure folded
+    assert policy.explain("o3-mini", EYE[1].astype(np.float64), 1.0)["n"] == 2
+    _report(policy, EYE[1], "b", "gpt-4o-mini", 1.0)
+    assert [item["key"] for item in policy.state_dict()["learned"]["steps"]] == ["c"]
+    assert policy.explain("o3-mini", EYE[1].astype(np.float64), 1.0)["n"] == 3
+
+
+def test_a_policy_rebuilt_mid_cascade_continues_identically():
+    """Two open decisions (one exploring, one Alg. 2 step with a pending failure) survive
+    state_dict -> bytes -> from_state: the copy makes the same choices and ends in the same state."""
+    policy = PromptWise(
+        [*ARMS, "new-model"], seed=0, prices={**PRICES, "new-model": 2.0}, per_step_update=True
+    )
+    for arm in ARMS:
+        policy.update(Observation(embedding=X, arm=arm, reward=1.0))
+    assert _step(policy, EYE[1], "e").arms == ["new-model"]
+    _report(policy, EYE[1], "e", "new-model", 0.0)
+    first = _step(policy, X, "p").arms  # "new-model" is explored now: an exploit step
+    _report(policy, X, "p", first[0], 0.0)
+    copy = PromptWise.from_state(decode_state(encode_state(policy.state_dict())))
+    assert [s["key"] for s in copy.state_dict()["learned"]["steps"]] == ["e", "p"]
+    for p in (policy, copy):
+        assert _step(p, EYE[1], "e", tried=("new-model",)).arms == []
+    nxt = [_step(p, X, "p", tried=first).arms for p in (policy, copy)]
+    assert nxt[0] == nxt[1] and nxt[0]
+    for p in (policy, copy):
+        _report(p, X, "p", nxt[0][0], 1.0)
+    assert encode_state(policy.state_dict()) == encode_state(copy.state_dict())
+
+
+def test_a_state_saved_before_decision_keys_loads_its_single_slot_as_the_unkeyed_record():
+    policy = _explored(per_step_update=True)
+    state = policy.state_dict()
+    learned = {k: v for k, v in state["learned"].items() if k != "steps"}
+    learned["pending"] = [{"arm": "o3-mini", "x": X.astype(np.float64), "r": 0.0}]
+    learned["exploring"] = None
+    old = PromptWise.from_state({**state, "learned": learned})
+    (step,) = old.state_dict()["learned"]["steps"]
+    assert (step["key"], step["calls"], step["explored"], step["arms"]) == (None, 1, False, ["o3-mini"])
+    np.testing.assert_array_equal(step["pending"][0]["x"], X)
+    old.select(Context(embedding=EYE[1]))  # an unkeyed new prompt ends that step: its failure is folded
+    assert old.explain("o3-mini", X.astype(np.float64), 1.0)["n"] == 2
