@@ -24,16 +24,7 @@ import httpx
 
 from app.settings import Settings
 from app.store.models import Backend
-
-
-def call_cost(prices: Backend | Target, tokens_in: float, tokens_out: float) -> float:
-    """USD for one call: tokens x price per million tokens, plus the per-call price."""
-    return (
-        tokens_in * prices.usd_per_mtok_in / 1e6
-        + tokens_out * prices.usd_per_mtok_out / 1e6
-        + prices.usd_per_call
-    )
-
+from routers.replay_format import call_cost
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -38,6 +37,7 @@ from app.context import AppContext
 from app.judge import ask_judge, reward_for
 from app.schemas import CascadeNextRequest, FeedbackRequest, RouteRequest, RouteResponse
 from app.store.models import Attempt, DecisionRow, Router, Tenant
+from routers.replay_format import whole_tokens
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ def asks_usage(body: dict[str, Any]) -> bool:
 
 def estimated_usage(prompt_chars: int, answer_chars: int) -> dict[str, int]:
     """An OpenAI ``usage`` object from characters / 4, for a backend that reported none."""
-    tin, tout = _tokens(prompt_chars), _tokens(answer_chars)
+    tin, tout = whole_tokens(prompt_chars), whole_tokens(answer_chars)
     return {"prompt_tokens": tin, "completion_tokens": tout, "total_tokens": tin + tout}
 
 
@@ -192,10 +192,6 @@ async def save_attempts(session: AsyncSession, decision_id: str, attempts: list[
     await session.commit()
 
 
-def _tokens(chars: int) -> int:
-    return math.ceil(chars / gateway.CHARS_PER_TOKEN)
-
-
 def usage_tokens(usage: Any, prompt_chars: int, answer_chars: int) -> tuple[int, int]:
     """(input, output) tokens from an OpenAI ``usage`` object (chat or images), else characters / 4."""
     if isinstance(usage, dict):
@@ -203,7 +199,7 @@ def usage_tokens(usage: Any, prompt_chars: int, answer_chars: int) -> tuple[int,
         tout = usage.get("completion_tokens", usage.get("output_tokens"))
         if isinstance(tin, int) and isinstance(tout, int):
             return max(tin, 0), max(tout, 0)
-    return _tokens(prompt_chars), _tokens(answer_chars)
+    return whole_tokens(prompt_chars), whole_tokens(answer_chars)
 
 
 def contents(payload: dict[str, Any]) -> list[str]:

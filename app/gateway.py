@@ -18,7 +18,6 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import metrics
-from app.backends import call_cost
 from app.context import AppContext
 from app.events import FeedbackMessage
 from app.jsonable import jsonable
@@ -26,10 +25,10 @@ from app.schemas import FeedbackAccepted, FeedbackRequest, RouteRequest, RouteRe
 from app.store.models import DecisionRow, FeedbackEvent, Probe, Router, RouterCounter, Tenant
 from routers.base import Context
 from routers.base import decision_rng as keyed_rng
+from routers.replay_format import call_cost, decision_key, estimated_tokens
 
 log = logging.getLogger(__name__)
 
-CHARS_PER_TOKEN = 4
 DIRECT = "direct"  # the mode (and policy) of a decision that called a backend by name
 DIRECT_LABEL = "(direct)"  # the router label of direct calls in metrics: no router name has parentheses
 
@@ -49,7 +48,7 @@ async def expected_costs(ctx: AppContext, arms: list[str], prompt_chars: int) ->
     backend's ``default_tokens_out`` output tokens (an expectation, so not rounded to whole tokens: the
     replay benchmark's estimate, which ``bench e2e`` relies on to show policies the same costs)."""
     backends = await ctx.catalog.backends(arms)
-    tokens_in = prompt_chars / CHARS_PER_TOKEN
+    tokens_in = estimated_tokens(prompt_chars)
     return {b.name: call_cost(b, tokens_in, b.default_tokens_out) for b in backends}
 
 
@@ -58,8 +57,7 @@ def decision_rng(seed: int, decision_id: str, request_seed: int | None = None) -
     ``seed`` when it sent one): replicas with the same learned state make the same choice for the same
     decision, whatever else they served, and a client that replays the same seeded requests gets the
     same choices (``bench e2e`` matches the simulator's ``round_rng`` this way)."""
-    key = int(decision_id[:16], 16) if request_seed is None else int(request_seed)
-    return keyed_rng(seed, key)
+    return keyed_rng(seed, decision_key(decision_id, request_seed))
 
 
 async def route(
