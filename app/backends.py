@@ -75,8 +75,7 @@ class AttemptRecord:
 
 
 class BackendFailure(Exception):
-    """A backend gave up (after its retries). ``status_code`` is what the gateway answers: 504 when the
-    last attempt timed out, 502 otherwise."""
+    """A backend gave up (after its retries); ``outcome`` is the last attempt's (``timeout``, ...)."""
 
     def __init__(
         self,
@@ -93,10 +92,6 @@ class BackendFailure(Exception):
         self.retryable = retryable
         self.http_status = http_status
         self.retry_after = retry_after
-
-    @property
-    def status_code(self) -> int:
-        return 504 if self.outcome == "timeout" else 502
 
 
 def _excerpt(text: str) -> str:

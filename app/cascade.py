@@ -18,12 +18,12 @@ from __future__ import annotations
 import logging
 
 import numpy as np
-from fastapi import HTTPException, status
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import gateway
 from app.context import AppContext
+from app.errors import Invalid, NotFound
 from app.jsonable import jsonable
 from app.schemas import CascadeNextRequest, CascadeNextResponse, FeedbackRequest
 from app.store.models import DecisionRow, Router, Tenant
@@ -64,14 +64,12 @@ async def next_step(
         select(DecisionRow).where(DecisionRow.id == decision_id, DecisionRow.tenant_id == tenant.id)
     )
     if row is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"decision {decision_id!r} not found")
+        raise NotFound(f"decision {decision_id!r} not found")
     info = dict(row.info or {})
     offered = [str(m) for m in info.get("offered") or row.models[:1]]
     failed = body.model or (offered[-1] if offered else None)
     if failed is None:
-        raise HTTPException(
-            status.HTTP_422_UNPROCESSABLE_CONTENT, "the decision called no model; name the step's model"
-        )
+        raise Invalid("the decision called no model; name the step's model")
     if body.reward is not None or body.cost is not None:
         step = FeedbackRequest(
             decision_id=decision_id,

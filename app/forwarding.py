@@ -26,7 +26,6 @@ from typing import Any
 
 import anyio
 import httpx
-from fastapi import HTTPException, status
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import gateway
@@ -34,6 +33,7 @@ from app.backend_keys import SecretKeyMissing
 from app.backends import AttemptRecord, BackendFailure, Target
 from app.cascade import next_step, reselect
 from app.context import AppContext
+from app.errors import BackendsFailed, Declined
 from app.judge import ask_judge, reward_for
 from app.schemas import CascadeNextRequest, FeedbackRequest, RouteRequest, RouteResponse
 from app.store.models import Attempt, DecisionRow, Router, Tenant
@@ -43,7 +43,6 @@ log = logging.getLogger(__name__)
 
 CHAT_PATH = "/chat/completions"
 IMAGE_PATH = "/images/generations"
-DECLINED_HEADER = "x-banditgate-declined"  # on the 503 of a decision that chose no model
 BODY_FIELD = "banditgate"  # the answer's field naming its decision (see ``body_field``)
 
 
@@ -155,10 +154,9 @@ async def _call(
     """Call the decision's model, then the policy's next choices (never one of ``called``, the models a
     cascade already called for this decision); raise the gateway's 502/504."""
     if route.model is None:
-        raise HTTPException(
-            status.HTTP_503_SERVICE_UNAVAILABLE,
+        raise Declined(
             f"router {route.router!r} declined to choose a model (decision {route.decision_id})",
-            headers={DECLINED_HEADER: "true", "x-banditgate-decision-id": route.decision_id},
+            decision_id=route.decision_id,
         )
     tried: list[str] = list(called)
     failures: list[BackendFailure] = []
@@ -180,11 +178,12 @@ async def _call(
     raise gave_up(route.decision_id, failures)
 
 
-def gave_up(decision_id: str, failures: list[BackendFailure]) -> HTTPException:
-    """The client's error when every backend tried failed: 504 if all timed out, else 502, naming each."""
-    code = 504 if all(f.status_code == 504 for f in failures) else 502
+def gave_up(decision_id: str, failures: list[BackendFailure]) -> BackendsFailed:
+    """The error when every backend tried failed, naming each (a 504 if all timed out, else a 502)."""
     detail = "; ".join(str(f) for f in failures) + f" (decision {decision_id})"
-    return HTTPException(code, detail, headers={"x-banditgate-decision-id": decision_id})
+    return BackendsFailed(
+        detail, decision_id=decision_id, timed_out=all(f.outcome == "timeout" for f in failures)
+    )
 
 
 async def save_attempts(session: AsyncSession, decision_id: str, attempts: list[AttemptRecord]) -> None:
@@ -330,7 +329,7 @@ async def _judged_cascade(
             target, answer = await _call(
                 ctx, session, request, step_route, body, CHAT_PATH, step_attempts, False, called
             )
-        except HTTPException:  # the next backend failed: return the last answer that came back
+        except BackendsFailed:  # the next backend failed: return the last answer that came back
             all_attempts.extend(step_attempts)
             break
         assert isinstance(answer, dict)

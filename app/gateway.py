@@ -12,13 +12,13 @@ import uuid
 from collections import defaultdict
 
 import numpy as np
-from fastapi import HTTPException, status
 from sqlalchemy import select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import metrics
 from app.context import AppContext
+from app.errors import Invalid, NotFound, TooLarge
 from app.events import FeedbackMessage
 from app.jsonable import jsonable
 from app.schemas import FeedbackAccepted, FeedbackRequest, RouteRequest, RouteResponse
@@ -39,7 +39,7 @@ async def resolve_router(ctx: AppContext, tenant: Tenant, name: str | None) -> R
     router = await ctx.catalog.router(tenant.id, name)
     if router is None:
         what = "no default router is set for this tenant" if name is None else f"router {name!r} not found"
-        raise HTTPException(status.HTTP_404_NOT_FOUND, what)
+        raise NotFound(what)
     return router
 
 
@@ -75,12 +75,11 @@ def prompt_text(ctx: AppContext, request: RouteRequest) -> str:
     """The request's text to embed; 413 above ``max_prompt_chars``, 422 when empty."""
     text = request.text()
     if len(text) > ctx.settings.max_prompt_chars:
-        raise HTTPException(
-            status.HTTP_413_CONTENT_TOO_LARGE,
+        raise TooLarge(
             f"prompt has {len(text)} characters; the limit is {ctx.settings.max_prompt_chars}",
         )
     if not text.strip():
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, "the prompt is empty")
+        raise Invalid("the prompt is empty")
     return text
 
 
@@ -145,8 +144,7 @@ async def decide(
     if request.candidates is not None:
         unknown = sorted(set(request.candidates) - set(arms))
         if unknown:
-            raise HTTPException(
-                status.HTTP_422_UNPROCESSABLE_CONTENT,
+            raise Invalid(
                 f"candidates {unknown} are not arms of router {router.name!r} (arms: {arms})",
             )
     with metrics.time_embedding():
@@ -273,32 +271,28 @@ async def resolve_feedback(
         where = f"event {position}: " if len(items) > 1 else ""
         decision = decisions.get(item.decision_id)
         if decision is None:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, f"{where}decision {item.decision_id!r} not found")
+            raise NotFound(f"{where}decision {item.decision_id!r} not found")
         router = routers[decision.router_id] if decision.router_id is not None else None
         answered_by = (decision.info or {}).get("answered_by")  # set when the gateway forwarded it
         model = item.model or answered_by or (decision.models[0] if decision.models else None)
         if model is None:
-            raise HTTPException(
-                status.HTTP_422_UNPROCESSABLE_CONTENT,
+            raise Invalid(
                 f"{where}the decision called no model; name the model this feedback is about",
             )
         if router is None:  # a direct call: about its backend only; no router, so no reward range
             if model not in decision.models:
-                raise HTTPException(
-                    status.HTTP_422_UNPROCESSABLE_CONTENT,
+                raise Invalid(
                     f"{where}model {model!r} is not the backend this direct call called",
                 )
             resolved.append((item, decision, router, model))
             continue
         allowed = set(decision.models) | set(decision.query) | set(router.arms)
         if model not in allowed:
-            raise HTTPException(
-                status.HTTP_422_UNPROCESSABLE_CONTENT,
+            raise Invalid(
                 f"{where}model {model!r} is neither in the decision nor an arm of router {router.name!r}",
             )
         if item.reward is not None and not (router.reward_lo <= item.reward <= router.reward_hi):
-            raise HTTPException(
-                status.HTTP_422_UNPROCESSABLE_CONTENT,
+            raise Invalid(
                 f"{where}reward {item.reward} is outside the router's reward range "
                 f"[{router.reward_lo}, {router.reward_hi}]",
             )
@@ -320,8 +314,7 @@ async def store_feedback(
             payload["output_embedding"] = item.output_embedding
         elif item.output_text is not None:
             if len(item.output_text) > ctx.settings.max_prompt_chars:
-                raise HTTPException(
-                    status.HTTP_413_CONTENT_TOO_LARGE,
+                raise TooLarge(
                     f"output_text has {len(item.output_text)} characters; the limit is {ctx.settings.max_prompt_chars}",
                 )
             vector, _ = await ctx.embeddings.embed(item.output_text)
