@@ -25,7 +25,7 @@ from app import gateway
 from app.context import AppContext
 from app.errors import Invalid, NotFound
 from app.jsonable import jsonable
-from app.schemas import CascadeNextRequest, CascadeNextResponse, FeedbackRequest
+from app.schemas import CascadeNextRequest, CascadeNextResponse
 from app.store.models import DecisionRow, Router, Tenant
 from routers.base import Context, Decision
 
@@ -71,7 +71,7 @@ async def next_step(
     if failed is None:
         raise Invalid("the decision called no model; name the step's model")
     if body.reward is not None or body.cost is not None:
-        step = FeedbackRequest(
+        step = gateway.Outcome(
             decision_id=decision_id,
             model=failed,
             kind="cascade-step",

@@ -35,7 +35,7 @@ from app.cascade import next_step, reselect
 from app.context import AppContext
 from app.errors import BackendsFailed, Declined
 from app.judge import ask_judge, reward_for
-from app.schemas import CascadeNextRequest, FeedbackRequest, RouteRequest, RouteResponse
+from app.schemas import CascadeNextRequest, RouteRequest, RouteResponse
 from app.store.models import Attempt, DecisionRow, Router, Tenant
 from routers.replay_format import whole_tokens
 
@@ -249,7 +249,7 @@ async def settle(
         await session.commit()
         return
     router = await ctx.catalog.router_by_id(row.router_id) if row.router_id is not None else None
-    feedback = FeedbackRequest(
+    feedback = gateway.Outcome(
         decision_id=decision_id, model=target.name, kind="cost", cost=cost, output_text=output_text
     )
     await gateway.store_feedback(ctx, session, tenant, [(feedback, row, router, target.name)], wait=False)
@@ -312,7 +312,7 @@ async def _judged_cascade(
         reward = None if verdict.score is None else reward_for(verdict.score, router)
         if verdict.score is None or verdict.passed or len(steps) >= ctx.settings.judge_max_steps:
             if reward is not None:
-                step = FeedbackRequest(
+                step = gateway.Outcome(
                     decision_id=route.decision_id, model=target.name, kind="cascade-step", reward=reward
                 )
                 await gateway.record_feedback(ctx, session, tenant, [step])
@@ -402,7 +402,7 @@ async def _forward_set(
         }
     session.add_all(Attempt(decision_id=route.decision_id, **asdict(a)) for a in attempts)
     costs = [
-        FeedbackRequest(decision_id=route.decision_id, model=t.name, kind="cost", cost=c)
+        gateway.Outcome(decision_id=route.decision_id, model=t.name, kind="cost", cost=c)
         for t, _, c in answered
     ]
     resolved = await gateway.resolve_feedback(session, tenant, costs)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 import uuid
 from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from sqlalchemy import select, update
@@ -21,8 +23,8 @@ from app.context import AppContext
 from app.errors import Invalid, NotFound, TooLarge
 from app.events import FeedbackMessage
 from app.jsonable import jsonable
-from app.schemas import FeedbackAccepted, FeedbackRequest, RouteRequest, RouteResponse
-from app.store.models import DecisionRow, FeedbackEvent, Probe, Router, RouterCounter, Tenant
+from app.schemas import FeedbackAccepted, RouteRequest, RouteResponse
+from app.store.models import DecisionRow, FeedbackEvent, Router, RouterCounter, Tenant
 from routers.base import Context
 from routers.base import decision_rng as keyed_rng
 from routers.replay_format import call_cost, decision_key, estimated_tokens
@@ -238,11 +240,27 @@ def _insert_ignoring_duplicate(session: AsyncSession, values: dict[str, object])
     )
 
 
-Resolved = tuple[FeedbackRequest, DecisionRow, Router | None, str]  # an item, its decision, router, model
+@dataclass(frozen=True)
+class Outcome:
+    """One feedback event about a decision, as the request path records it: from a client
+    (``POST /feedback``, built from its ``FeedbackRequest``) or from the gateway itself (a forwarded
+    call's cost, a cascade step, a probe's cost)."""
+
+    decision_id: str
+    model: str | None = None
+    kind: str = "bandit"
+    reward: float | None = None
+    cost: float | None = None
+    output_embedding: list[float] | None = None
+    output_text: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+Resolved = tuple[Outcome, DecisionRow, Router | None, str]  # an item, its decision, router, model
 
 
 async def record_feedback(
-    ctx: AppContext, session: AsyncSession, tenant: Tenant, items: list[FeedbackRequest]
+    ctx: AppContext, session: AsyncSession, tenant: Tenant, items: list[Outcome]
 ) -> list[FeedbackAccepted]:
     """Validate every item first (nothing is written if one is bad), then insert them idempotently in
     one transaction, commit, publish, and wait for this process to fold them."""
@@ -250,9 +268,7 @@ async def record_feedback(
     return await store_feedback(ctx, session, tenant, resolved, wait=True)
 
 
-async def resolve_feedback(
-    session: AsyncSession, tenant: Tenant, items: list[FeedbackRequest]
-) -> list[Resolved]:
+async def resolve_feedback(session: AsyncSession, tenant: Tenant, items: list[Outcome]) -> list[Resolved]:
     """Each item with its decision, router and the model it is about; raises on the first bad one."""
     found = await session.execute(
         select(DecisionRow, Router)
@@ -266,7 +282,7 @@ async def resolve_feedback(
         if router_row is not None:
             routers[router_row.id] = router_row
 
-    resolved: list[tuple[FeedbackRequest, DecisionRow, Router | None, str]] = []
+    resolved: list[Resolved] = []
     for position, item in enumerate(items):
         where = f"event {position}: " if len(items) > 1 else ""
         decision = decisions.get(item.decision_id)
@@ -342,12 +358,6 @@ async def store_feedback(
                 )
             )
         else:
-            if item.kind == "query":  # the reward of a probe the gateway ran (app/probes.py)
-                await session.execute(
-                    update(Probe)
-                    .where(Probe.decision_id == decision.id, Probe.model == model, Probe.status == "pending")
-                    .values(status="answered")
-                )
             if router is None:  # stored, published to no one: no router folds it
                 unfolded.append(item.kind)
             else:

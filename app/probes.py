@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Exists, exists, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import forwarding, gateway
 from app.backends import AttemptRecord, BackendFailure
 from app.context import AppContext
-from app.schemas import FeedbackRequest, RouteRequest, RouteResponse
+from app.schemas import FeedbackAccepted, RouteRequest, RouteResponse
 from app.store.models import DecisionRow, FeedbackEvent, Probe, Tenant
 
 log = logging.getLogger(__name__)
@@ -158,8 +159,23 @@ async def _call_and_store(ctx: AppContext, job: ProbeJob) -> None:
         if await session.scalar(select(query_reward(route.decision_id, model))):
             await session.execute(update(Probe).where(Probe.id == probe.id).values(status="answered"))
             await session.commit()
-        feedback = FeedbackRequest(decision_id=route.decision_id, model=model, kind="cost", cost=cost)
+        feedback = gateway.Outcome(decision_id=route.decision_id, model=model, kind="cost", cost=cost)
         await gateway.record_feedback(ctx, session, tenant, [feedback])
+
+
+async def mark_answered(session: AsyncSession, accepted: list[FeedbackAccepted]) -> None:
+    """Mark the pending probes that new ``kind: query`` events answer. After the events' commit: a
+    probe whose query reward exists is never listed as pending anyway (``pending``), so this status
+    is kept for the admin views, not for correctness."""
+    answered = [(a.decision_id, a.model) for a in accepted if a.kind == "query" and not a.duplicate]
+    for decision_id, model in answered:
+        await session.execute(
+            update(Probe)
+            .where(Probe.decision_id == decision_id, Probe.model == model, Probe.status == "pending")
+            .values(status="answered")
+        )
+    if answered:
+        await session.commit()
 
 
 def query_reward(decision_id: Any, model: Any) -> Exists:

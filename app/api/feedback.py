@@ -25,7 +25,9 @@ async def feedback(
 ) -> FeedbackAccepted:
     """Record one event. Idempotent on (decision_id, model, kind): a retry returns the first event id
     with ``duplicate: true`` and is learned once. 202 means committed to the log."""
-    return (await gateway.record_feedback(ctx, session, tenant, [body]))[0]
+    accepted = await gateway.record_feedback(ctx, session, tenant, [gateway.Outcome(**body.model_dump())])
+    await probes.mark_answered(session, accepted)
+    return accepted[0]
 
 
 @router.post("/batch", status_code=status.HTTP_202_ACCEPTED, response_model=FeedbackBatchAccepted)
@@ -38,7 +40,11 @@ async def feedback_batch(
             status.HTTP_413_CONTENT_TOO_LARGE,
             f"{len(body.events)} events in one batch; the limit is {ctx.settings.max_feedback_batch}",
         )
-    return FeedbackBatchAccepted(events=await gateway.record_feedback(ctx, session, tenant, body.events))
+    accepted = await gateway.record_feedback(
+        ctx, session, tenant, [gateway.Outcome(**e.model_dump()) for e in body.events]
+    )
+    await probes.mark_answered(session, accepted)
+    return FeedbackBatchAccepted(events=accepted)
 
 
 @router.get("/pending", response_model=PendingProbes)
