@@ -17,6 +17,10 @@ For every system, in alternation (round r measures each system once before round
 - server CPU per request: user + system CPU of the server's process tree during the throughput run
   (``/proc/<pid>/stat``), divided by the requests it answered.
 
+With ``--route-only`` each gateway is also measured on ``POST /route`` (no forwarding); with
+``--feedback`` on ``POST /feedback``, a reward for a fresh decision per request (made through ``/route``
+before the run, outside its timing and CPU count).
+
 Reported: medians over rounds, and ratios against the bare proxy. Prompts are ``--prompts`` fixed
 texts, embedded once in the warm-up, so kNN routing runs on cached embeddings. The table names the
 durability settings in force (they are never changed here): Postgres ``fsync`` and ``synchronous_commit``
@@ -115,6 +119,31 @@ class System:
         "model": "router",
         "messages": [{"role": "user", "content": prompt}],
     }
+    decisions: list[str] | None = None  # a feedback system: the decisions left to post a reward for
+
+
+def feedback_system(name: str, url: str, pid: int, headers: dict[str, str]) -> System:
+    """``POST /feedback``, each request a reward for a decision of its own (made beforehand through
+    ``/route``, see ``make_decisions``): a retry of one would be answered as a duplicate, cheaper."""
+    pool: list[str] = []
+    return System(
+        name, url, pid, "/feedback", headers, lambda _: {"decision_id": pool.pop(), "reward": 1.0}, pool
+    )
+
+
+async def make_decisions(system: System, prompts: list[str], count: int, concurrency: int = 16) -> None:
+    """Fill a feedback system's pool with ``count`` fresh decisions."""
+    assert system.decisions is not None
+    pool = system.decisions
+    async with httpx.AsyncClient(base_url=system.url, headers=system.headers, timeout=60) as client:
+
+        async def worker(offset: int) -> None:
+            for i in range(offset, count, concurrency):
+                response = await client.post("/route", json={"prompt": prompts[i % len(prompts)]})
+                response.raise_for_status()
+                pool.append(response.json()["decision_id"])
+
+        await asyncio.gather(*(worker(k) for k in range(concurrency)))
 
 
 def tree_cpu_seconds(root: int) -> float:
@@ -311,7 +340,11 @@ async def _throughput(
             nonlocal done
             i = offset
             while time.perf_counter() < deadline:
-                response = await client.post(system.path, json=system.body(prompts[i % len(prompts)]))
+                try:
+                    body = system.body(prompts[i % len(prompts)])
+                except IndexError:  # a feedback system's decisions ran out: the run ends early
+                    break
+                response = await client.post(system.path, json=body)
                 response.raise_for_status()
                 done += 1
                 i += concurrency
@@ -321,6 +354,10 @@ async def _throughput(
 
 
 def measure(system: System, prompts: list[str], args: argparse.Namespace) -> dict[str, float]:
+    if system.decisions is not None:
+        system.decisions.clear()
+        count = args.sequential + int(args.seconds * args.feedback_pool_rate)
+        asyncio.run(make_decisions(system, prompts, count))
     latencies = asyncio.run(_sequential(system, prompts, args.sequential))
     cpu_before = tree_cpu_seconds(system.pid)
     count, elapsed = asyncio.run(_throughput(system, prompts, args.seconds, args.concurrency))
@@ -433,6 +470,8 @@ def start_systems(stack: ExitStack, args: argparse.Namespace, tmp: Path) -> tupl
         key = admin_setup(url, upstream_url, policy)
         headers = {"Authorization": f"Bearer {key}"}
         systems.append(System(name, url, proc.pid, headers=headers))
+        if args.feedback:
+            systems.append(feedback_system(f"feedback {kind} {policy} w{workers}", url, proc.pid, headers))
         if args.route_only:
             systems.append(
                 System(
@@ -498,7 +537,10 @@ def gateway_main(args: argparse.Namespace) -> int:
     with ExitStack() as stack, tempfile.TemporaryDirectory() as tmp:
         upstream, systems = start_systems(stack, args, Path(tmp))
         for system in [upstream, *systems]:  # warm-up: connections, embeddings, caches
-            asyncio.run(_sequential(system, prompts, max(args.prompts, 20)))
+            warm = max(args.prompts, 20)
+            if system.decisions is not None:
+                asyncio.run(make_decisions(system, prompts, warm))
+            asyncio.run(_sequential(system, prompts, warm))
         rounds = []
         for r in range(args.rounds):
             result = {upstream.name: measure(upstream, prompts, args)}
@@ -546,6 +588,15 @@ def add_subcommand(subparsers: Any) -> None:
     parser.add_argument("--workers", nargs="+", type=int, default=[1, 2], help="gateway worker processes")
     parser.add_argument("--policies", nargs="+", default=["always", "knn-ucb"], help="router policies")
     parser.add_argument("--route-only", action="store_true", help="also measure POST /route (no forwarding)")
+    parser.add_argument(
+        "--feedback", action="store_true", help="also measure POST /feedback (a reward per fresh decision)"
+    )
+    parser.add_argument(
+        "--feedback-pool-rate",
+        type=float,
+        default=300.0,
+        help="decisions made per second of --seconds before each feedback run (it stops when they run out)",
+    )
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (medians over them)")
     parser.add_argument("--sequential", type=int, default=300, help="sequential requests per round")
     parser.add_argument("--seconds", type=float, default=10.0, help="throughput run length per round")
