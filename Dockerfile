@@ -1,17 +1,39 @@
 # syntax=docker/dockerfile:1
-# banditgate: one image for the gateway and the workers (the command picks the role).
+# banditgate: one image for the gateway and the workers (the command picks the role). docs/deploy.md.
 #   CPU image (default):  docker build -t banditgate .
+#   CPU image, torch from a wheel folder inside the build context (no access to the PyTorch index):
+#                         docker build --build-arg TORCH_WHEEL_DIR=.wheels -t banditgate .
 #   GPU image (CUDA torch, faiss-gpu, open_clip):  docker build --build-arg VARIANT=gpu -t banditgate:gpu .
-# NOTE: not built in this repository's CI (no Docker engine there); see docs/scaleout.md.
+#   Without a Docker engine: scripts/image.sh (buildah, on a local Debian bookworm base) builds the CPU
+#   image and smoke-tests it.
 
+# Any Debian-like image with Python 3.11 and its venv module, `python` on PATH and groupadd/useradd.
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
 ARG VARIANT=cpu
+# Where the CPU image gets torch: a folder of the build context holding a torch-2.13.0 CPU wheel (used
+# when it holds one; .wheels/ is git-ignored and sent with the context), else this index.
+ARG TORCH_WHEEL_DIR=.wheels
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+# The GPU image replaces the faiss-cpu that the package depends on by this build (same `faiss` module).
+ARG FAISS_GPU=faiss-gpu-cu12==1.14.1.post1
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /src
+COPY ${TORCH_WHEEL_DIR}/ /tmp/torch-wheels/
+# torch first, pinned, so nothing pulls another build: the CPU wheel for the default image (never the
+# multi-GB CUDA one), the CUDA wheel from PyPI for the GPU image.
+RUN if [ "$VARIANT" = "gpu" ]; then \
+        pip install torch==2.13.0; \
+    elif ls /tmp/torch-wheels/torch-2.13.0+cpu-*.whl >/dev/null 2>&1; then \
+        pip install --find-links /tmp/torch-wheels torch==2.13.0+cpu; \
+    else \
+        pip install torch==2.13.0 --index-url "$TORCH_INDEX_URL"; \
+    fi \
+ && rm -rf /tmp/torch-wheels \
+ && python -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13.0') else 'torch was replaced')"
 COPY pyproject.toml README.md ./
 COPY app ./app
 COPY routers ./routers
@@ -19,16 +41,14 @@ COPY embeddings ./embeddings
 COPY workers ./workers
 COPY bench ./bench
 COPY migrations ./migrations
-# torch first, pinned, so nothing pulls another build: the CPU wheel for the default image, the CUDA
-# wheel from PyPI for the GPU image. Then the package with its extra (cpu: faiss-cpu; gpu: faiss-gpu,
-# open_clip) — never both, they provide the same `faiss` module.
-RUN if [ "$VARIANT" = "gpu" ]; then \
-        pip install torch==2.13.0; \
-    else \
-        pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu; \
+# Then the package with the variant's extra. `.[cpu]` works whether faiss-cpu is a base dependency or the
+# `cpu` extra (pip only warns about an extra that does not exist). The GPU image installs faiss-gpu by
+# replacement: the two wheels provide the same `faiss` module and must never be installed together.
+RUN pip install ".[${VARIANT}]" \
+ && if [ "$VARIANT" = "gpu" ]; then \
+        pip uninstall -y faiss-cpu && pip install "$FAISS_GPU"; \
     fi \
- && pip install ".[${VARIANT}]" \
- && python -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13.0') else 'torch was replaced')"
+ && python -c "import torch, faiss, sys; sys.exit(0 if torch.__version__.startswith('2.13.0') else 'torch was replaced')"
 
 FROM ${PYTHON_IMAGE} AS runtime
 ARG VARIANT=cpu

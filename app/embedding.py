@@ -27,6 +27,8 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from embeddings.base import Embedder
+from embeddings.prompt_text import EmbedText, PieceTokenizer, Prompt, embedding_texts, pool
+from embeddings.registry import load_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -134,19 +136,33 @@ class EmbeddingPoolClient:
 
 class EmbeddingService:
     def __init__(
-        self, embedder: Embedder, cache: EmbeddingCache, pool: EmbeddingPoolClient | None = None
+        self,
+        embedder: Embedder,
+        cache: EmbeddingCache,
+        pool: EmbeddingPoolClient | None = None,
+        tokenizer: PieceTokenizer | None = None,
     ) -> None:
         self.embedder = embedder
         self.cache = cache
         self.pool = pool
+        # the embedder's word pieces, for the embed-text rule (embeddings.registry.load_tokenizer)
+        self.tokenizer = tokenizer or load_tokenizer(embedder.name)
         self.pool_fallbacks = 0  # cache misses the pool did not answer (embedded in-process instead)
 
     @property
     def dim(self) -> int:
         return int(self.embedder.dim)
 
+    async def embed_prompt(self, prompt: Prompt, rule: EmbedText) -> np.ndarray:
+        """The prompt's unit embedding under a router's embed-text rule: the text(s) the rule picks
+        (embeddings.prompt_text, as the bench does), each embedded through the cache, pooled."""
+        texts = await asyncio.to_thread(embedding_texts, prompt, rule, self.tokenizer)
+        vectors = [(await self.embed(text))[0] for text in texts]
+        return pool(np.stack(vectors))
+
     async def embed(self, text: str) -> tuple[np.ndarray, str]:
-        """The prompt's unit embedding and its sha256 hex digest."""
+        """The text's unit embedding (the text as it is) and its sha256 hex digest; cached by the
+        digest of exactly this text."""
         digest = prompt_hash(text)
         key = f"{self.embedder.name}:{digest}"
         cached = await self.cache.get(key)

@@ -20,11 +20,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import metrics
 from app.context import AppContext
+from app.embedding import prompt_hash
 from app.errors import Invalid, NotFound, TooLarge
 from app.events import FeedbackMessage
 from app.jsonable import jsonable
 from app.schemas import FeedbackAccepted, RouteRequest, RouteResponse
 from app.store.models import DecisionRow, FeedbackEvent, Router, RouterCounter, Tenant
+from embeddings.prompt_text import EmbedText
 from routers.base import Context
 from routers.base import decision_rng as keyed_rng
 from routers.replay_format import call_cost, decision_key, estimated_tokens
@@ -150,7 +152,10 @@ async def decide(
                 f"candidates {unknown} are not arms of router {router.name!r} (arms: {arms})",
             )
     with metrics.time_embedding():
-        embedding, digest = await ctx.embeddings.embed(text)
+        embedding = await ctx.embeddings.embed_prompt(
+            request.turns(), EmbedText.from_config(router.embed_text)
+        )
+    digest = prompt_hash(text)
     costs = await expected_costs(ctx, arms, len(text))
     runtime = await ctx.states.get(router)
     decisions_before, query_rounds_before = await count_decision(session, router.id)

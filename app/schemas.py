@@ -8,6 +8,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from embeddings.prompt_text import DEFAULT_STRATEGY, MAX_TOKENS, MIN_TOKENS, STRATEGIES, EmbedText, Prompt
+
 Name = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")
 FiniteNonNeg = Field(0.0, ge=0, allow_inf_nan=False)
 
@@ -103,6 +105,27 @@ def _check_range(value: list[float] | None) -> list[float] | None:
     return value
 
 
+class EmbedTextConfig(Strict):
+    """What of each prompt the router's embedder reads (embeddings/prompt_text.py, README "Router settings")."""
+
+    strategy: str = Field(DEFAULT_STRATEGY, description=f"one of {', '.join(STRATEGIES)}")
+    max_tokens: int | None = Field(
+        None,
+        ge=MIN_TOKENS,
+        le=MAX_TOKENS,
+        description="budget in the embedder's word pieces (4 characters a piece without a tokenizer), "
+        "clipped to what it reads; null = all it reads",
+    )
+
+    @model_validator(mode="after")
+    def _known(self) -> EmbedTextConfig:
+        self.rule()  # raises EmbedTextError (a ValueError: a 422) for an unknown strategy
+        return self
+
+    def rule(self) -> EmbedText:
+        return EmbedText(self.strategy, self.max_tokens)
+
+
 class RouterCreate(Strict):
     name: str = Name
     policy: str = Field(min_length=1, max_length=100)
@@ -115,6 +138,9 @@ class RouterCreate(Strict):
         None, max_length=2000, pattern=r"^https?://", description="HTTP judge for gateway-driven cascades"
     )
     judge_threshold: float = Field(0.5, allow_inf_nan=False, description="a judge score at or above passes")
+    embed_text: EmbedTextConfig | None = Field(
+        None, description="what of each prompt is embedded; null = default"
+    )
 
     _range = field_validator("reward_range")(_check_range)
 
@@ -130,6 +156,7 @@ class RouterUpdate(Strict):
         None, max_length=2000, pattern=r"^(https?://.*)?$", description="'' removes it"
     )
     judge_threshold: float | None = Field(None, allow_inf_nan=False)
+    embed_text: EmbedTextConfig | None = Field(None, description="{} restores the default")
 
     _range = field_validator("reward_range")(_check_range)
 
@@ -147,6 +174,7 @@ class RouterOut(BaseModel):
     version: int
     judge_url: str | None = None
     judge_threshold: float = 0.5
+    embed_text: EmbedTextConfig = Field(default_factory=EmbedTextConfig)
     created_at: datetime
     updated_at: datetime
 
@@ -214,16 +242,27 @@ class RouteRequest(Strict):
         return self
 
     def text(self) -> str:
-        """The text that is embedded: the prompt, or the messages' text parts joined by newlines."""
+        """The prompt, or the messages' text joined by newlines in order (sizes and costs are counted on
+        it; what is embedded is the router's embed-text rule applied to ``turns()``)."""
         if self.prompt is not None:
             return self.prompt
-        parts: list[str] = []
+        return "\n".join(text for _, text in self.message_turns())
+
+    def turns(self) -> Prompt:
+        """The prompt, or ``message_turns()``: what the embed-text rule reads."""
+        return self.prompt if self.prompt is not None else self.message_turns()
+
+    def message_turns(self) -> list[tuple[str, str]]:
+        """(role, text) of each message with text (its text parts joined by newlines)."""
+        turns: list[tuple[str, str]] = []
         for message in self.messages or []:
             if isinstance(message.content, str):
-                parts.append(message.content)
+                turns.append((message.role, message.content))
             elif isinstance(message.content, list):
-                parts.extend(str(p.get("text", "")) for p in message.content if p.get("type") == "text")
-        return "\n".join(parts)
+                parts = [str(p.get("text", "")) for p in message.content if p.get("type") == "text"]
+                if parts:
+                    turns.append((message.role, "\n".join(parts)))
+        return turns
 
 
 class RouteResponse(BaseModel):

@@ -212,7 +212,11 @@ def add_subcommand(subparsers: Any) -> None:
     )
     parser.add_argument("set", choices=("mmlu", "gsm8k", "mt-bench"))
     parser.add_argument("--out", required=True, help="output directory")
-    parser.add_argument("--data", default="../shared/data", help="shared data directory (holds routellm/)")
+    parser.add_argument(
+        "--data",
+        default="../shared/data",
+        help="data directory holding routellm/ (default ../shared/data, the full RouteLLM sets beside the clone; tests/data holds a 300-row MMLU cut)",
+    )
     parser.add_argument("--prices", default=None, help="prices JSON (default bench/data/prices.json)")
     parser.add_argument("--subjects", default=None, help="mmlu: comma-separated subjects (default all)")
     parser.add_argument("--limit", type=int, default=None, help="keep this many prompts, drawn at random")

@@ -1,8 +1,9 @@
 """``bench e2e``: the offline replay and the same replay through a running gateway, side by side.
 
 For each policy and seed s the offline half is ``bench run`` (``bench.run_command.replay``). The service
-half plays the very same draws (``ReplayEnv.draw(s)``: the same prompts in the same order, the same sampled
-reward of every model in every round) through the gateway over HTTP:
+half plays the very same draws (``ReplayEnv.draw(s)``: the same prompts in the same order, without repeats
+unless ``--draws with-replacement``, the same sampled reward of every model in every round) through the
+gateway over HTTP:
 
 - every model of the dataset is a backend at ``<backends>/<model>/v1`` (the gateway's own ``/replay``
   mount of the dataset, or a ``banditgate replay-backends`` server), with the dataset's prices;
@@ -64,7 +65,7 @@ from bench.dataset import Dataset
 from bench.local_server import free_port, serving
 from bench.metrics import ci95
 from bench.policy_spec import PolicySpec, build_from_spec, hyperparameters
-from bench.replay_env import ReplayEnv, SeedDraws
+from bench.replay_env import WITHOUT_REPLACEMENT, Draws, ReplayEnv, SeedDraws
 from bench.trace import Trace
 from routers.base import Context, decision_rng
 
@@ -133,8 +134,12 @@ def plays_cascade(spec: PolicySpec, dataset: Dataset, embeddings: np.ndarray, co
 class Gateway:
     """An admin and a tenant client of one gateway, with the dataset's models registered as backends."""
 
-    def __init__(self, url: str, admin_key: str, backends_url: str) -> None:
+    def __init__(
+        self, url: str, admin_key: str, backends_url: str, embed_text: dict[str, Any] | None = None
+    ) -> None:
         self.url, self.admin_key, self.backends_url = url, admin_key, backends_url
+        # every router's embed-text rule: the one the offline half embedded with (--embed-text)
+        self.embed_text = embed_text
         self.client = httpx.AsyncClient(base_url=url, timeout=120)
         self.tenant = f"e2e-{secrets.token_hex(4)}"
         self.key = ""
@@ -183,7 +188,9 @@ class Gateway:
 
     async def create_router(self, name: str, body: dict[str, Any]) -> None:
         response = await self.client.post(
-            f"/admin/tenants/{self.tenant}/routers", json={"name": name, **body}, headers=self.admin
+            f"/admin/tenants/{self.tenant}/routers",
+            json={"name": name, "embed_text": self.embed_text, **body},
+            headers=self.admin,
         )
         _check(response, f"router {name}")
 
@@ -289,6 +296,7 @@ class Comparison:
     declined: int
     models: dict[str, int]
     horizon: int
+    repeat_share: float = 0.0  # share of rounds whose prompt text was played earlier in the seed, mean
 
     def summary(self) -> dict[str, Any]:
         out: dict[str, Any] = {"policy": self.policy, "seeds": self.seeds}
@@ -310,6 +318,7 @@ class Comparison:
         out["rounds_differing"] = self.rounds_differing
         out["rounds"] = len(self.seeds) * self.horizon
         out["declined"] = self.declined
+        out["repeat_share"] = self.repeat_share
         out["models"] = self.models
         return out
 
@@ -323,6 +332,7 @@ def offline_traces(
     cost_weight: float,
     threshold: float,
     seeded: bool = True,
+    draws: Draws = WITHOUT_REPLACEMENT,
 ) -> tuple[ReplayEnv, list[Trace]]:
     """The simulator's traces for ``seeds`` (``bench run``'s loop for one policy) and the environment;
     ``seeded``: round t's decisions draw from ``decision_rng(seed, t)``, as the gateway does for a request
@@ -330,7 +340,7 @@ def offline_traces(
     from bench.simulator import run_policy
 
     schedule = build_schedule(dataset.model_names, [], horizon)
-    env = ReplayEnv(dataset, embeddings, schedule, cost_weight, threshold)
+    env = ReplayEnv(dataset, embeddings, schedule, cost_weight, threshold, draws=draws)
     traces = []
     for seed in seeds:
         policy = build_from_spec(spec, schedule.initial, seed, cost_weight)
@@ -350,6 +360,7 @@ async def compare(
     threshold: float | None = None,
     progress: bool = True,
     seeded: bool = True,
+    draws: Draws = WITHOUT_REPLACEMENT,
 ) -> list[Comparison]:
     """Every spec offline and through ``gateway`` on ``seeds``; see the module doc."""
     lo, hi = dataset.reward_range
@@ -361,7 +372,7 @@ async def compare(
         for spec in specs:
             cascade = plays_cascade(spec, dataset, embeddings, cost_weight)
             env, traces = offline_traces(
-                dataset, embeddings, spec, horizon, seeds, cost_weight, threshold, seeded
+                dataset, embeddings, spec, horizon, seeds, cost_weight, threshold, seeded, draws
             )
             runs: list[ServiceRun] = []
             with tqdm(total=horizon * len(seeds), unit="round", disable=not progress, file=sys.stderr) as bar:
@@ -400,6 +411,7 @@ async def compare(
                 declined=sum(r.declined for r in runs),
                 models=models,
                 horizon=horizon,
+                repeat_share=float(np.mean([env.draw(seed).repeat_share for seed in seeds])),
             )
             results.append(comparison)
     return results

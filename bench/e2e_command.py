@@ -15,6 +15,7 @@ import numpy as np
 from bench.dataset import Dataset, load_dataset
 from bench.e2e import Comparison, Gateway, compare, measure_overhead, spawn_gateway
 from bench.policy_spec import PolicySpec, check_specs, parse_spec
+from bench.replay_env import resolve_horizon
 
 
 def format_comparison(results: Sequence[Comparison]) -> str:
@@ -35,7 +36,8 @@ def format_comparison(results: Sequence[Comparison]) -> str:
                 f"  {fmt.format(s['service_mean'])} {verdict:<8} {pairs}"
             )
         lines.append(
-            f"{'':<17} service {summary['service_ms_per_round']:.1f} ms per round, "
+            f"{'':<17} service {summary['service_ms_per_round']:.1f} ms per round, repeat share "
+            f"{summary['repeat_share']:.3f}, "
             f"{summary['service_calls_per_round']:.2f} calls per round, {summary['rounds_differing']} of "
             f"{summary['rounds']} rounds with another reward than offline, declined "
             f"{summary['declined']}, answered by {summary['models']}"
@@ -82,7 +84,7 @@ async def _drive(
     url: str,
     admin: str,
 ) -> list[Comparison] | dict[str, float]:
-    gateway = Gateway(url, admin, args.backends_url or f"{url}/replay")
+    gateway = Gateway(url, admin, args.backends_url or f"{url}/replay", args.embed_text.config())
     try:
         if args.overhead:
             return await measure_overhead(gateway, dataset, specs[0], args.overhead, args.lam)
@@ -97,6 +99,7 @@ async def _drive(
             args.success_threshold,
             progress=not args.quiet,
             seeded=not args.unseeded,
+            draws=args.draws,
         )
     finally:
         await gateway.close()
@@ -108,12 +111,14 @@ def e2e_main(args: argparse.Namespace) -> int:
     dataset = load_dataset(args.dataset)
     specs = [parse_spec(text) for text in args.policy]
     check_specs(specs, dataset.model_names, args.lam)  # a bad spec fails before minutes of embedding
-    if args.horizon is None and not args.overhead:
-        raise ValueError("--horizon is required (unless --overhead)")
+    if not args.overhead:
+        args.horizon = resolve_horizon(args.horizon, dataset.n_prompts, args.draws)
     embeddings = (
         np.empty((0, 0))
         if args.overhead
-        else dataset_embeddings(dataset, args.embedder, args.cache_dir, progress=not args.quiet)
+        else dataset_embeddings(
+            dataset, args.embedder, args.cache_dir, progress=not args.quiet, rule=args.embed_text
+        )
     )
     if args.gateway:
         if not args.admin_key:
@@ -135,6 +140,8 @@ def e2e_main(args: argparse.Namespace) -> int:
             "dataset": str(dataset.path),
             "horizon": args.horizon,
             "seeds": args.seeds,
+            "draws": args.draws,
+            "repeat_share": float(np.mean([r.repeat_share for r in outcome])) if outcome else 0.0,
             "lambda": args.lam,
             "embedder": args.embedder,
             "seeded": not args.unseeded,
@@ -158,14 +165,14 @@ def add_subcommand(subparsers: Any) -> None:
         "e2e",
         help="replay policies offline and through a gateway over HTTP on the same draws; compare",
         description=(
-            "For each policy and seeds 0..S-1: the offline replay (bench run) and the same prompts and reward "
-            "draws through a gateway (route, forward to replay backends, feedback or a judge for cascades). "
+            "For each policy and seeds 0..S-1: the offline replay (bench run; by default T = N prompts without "
+            "repeats) and the same prompts and reward draws through a gateway (route, forward to replay backends, feedback or a judge for cascades). "
             "Prints each policy's mean reward and cost per round both ways and whether the service lies in "
             "the offline 95% interval (exit 1 if not). Without --gateway it starts one (SQLite, the "
             "dataset mounted as replay backends)."
         ),
     )
-    add_replay_arguments(parser, seeds=5, horizon_required=False)  # the embedder: the spawned gateway's too
+    add_replay_arguments(parser, seeds=5)  # the embedder: the spawned gateway's too
     parser.add_argument("--gateway", help="a running gateway's URL (default: start one)")
     parser.add_argument("--admin-key", help="its admin key")
     parser.add_argument(

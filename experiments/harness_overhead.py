@@ -17,7 +17,7 @@ import numpy as np
 
 from bench.arm_schedule import build_schedule
 from bench.dataset import Dataset, ModelPrice
-from bench.replay_env import ReplayEnv
+from bench.replay_env import WITH_REPLACEMENT, ReplayEnv
 from bench.simulator import run_policy
 from routers.base import Context, Decision, Observation, PolicyBase
 from routers.registry import build_policy
@@ -60,7 +60,8 @@ def synthetic_env(models: int, prompts: int, dim: int, horizon: int, seed: int =
         contexts=x,
         responses=[{} for _ in range(prompts)],
     )
-    return ReplayEnv(data, x, build_schedule(names, [], horizon), 0.0, 0.5)
+    # a timing probe at T > N (the documented 3,000 prompts, T = 5000): the old draws with repeats
+    return ReplayEnv(data, x, build_schedule(names, [], horizon), 0.0, 0.5, draws=WITH_REPLACEMENT)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

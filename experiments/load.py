@@ -181,7 +181,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--embedder", default="minilm")
     parser.add_argument("--port", type=int, default=18080)
     parser.add_argument("--pool", action="store_true", help="embed cache misses in one embedding worker")
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=DEFAULT_DATA,
+        help="data directory holding routellm/ (default ../shared/data)",
+    )
     args = parser.parse_args(argv)
     prompts = mmlu_prompts(args.data, max(args.requests, 64))
     for workers in args.workers:

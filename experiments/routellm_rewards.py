@@ -74,7 +74,12 @@ if __name__ == "__main__":  # pragma: no cover - warms the cache
 
     parser = argparse.ArgumentParser(description="Embed and cache the RouteLLM development sets.")
     parser.add_argument("datasets", nargs="*", default=["gsm8k", "mmlu"])
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="the shared data directory")
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=DEFAULT_DATA,
+        help="data directory holding routellm/ (default ../shared/data)",
+    )
     args = parser.parse_args()
     for name in args.datasets:
         table = load_table(name, args.data)

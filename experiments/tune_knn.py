@@ -106,7 +106,12 @@ def load_set(name: str, data: Path) -> tuple[np.ndarray, np.ndarray, list[str]]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=DEFAULT_DATA,
+        help="data directory holding routellm/ (default ../shared/data)",
+    )
     parser.add_argument("--sets", default="synthetic,mmlu,gsm8k")
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--T", type=int, default=2000)

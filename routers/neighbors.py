@@ -39,8 +39,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import faiss
 import numpy as np
+
+try:
+    import faiss
+except ImportError as exc:  # pragma: no cover - faiss-cpu is a base dependency
+    raise ImportError(
+        "kNN policies need faiss: pip install faiss-cpu==1.15.1 (a dependency of banditgate; "
+        "faiss-gpu-cu12 provides the same module where installed in its place)"
+    ) from exc
 
 Memory = Literal["window", "reservoir"]
 MEMORIES: tuple[str, ...] = ("window", "reservoir")

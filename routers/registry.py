@@ -4,6 +4,10 @@ A factory is called as ``factory(arms=[...], seed=int, **hyperparameters)`` and 
 implements ``routers.base.Policy``; bad hyperparameters raise ``PolicyConfigError`` (or ``TypeError`` for
 unknown names), which the admin API turns into a 422. Adding a policy is one module plus one line here.
 Presets are factories too (``functools.partial`` over a class with some hyperparameters fixed).
+Single-choice policies are registered through ``routers.trusted.trusted``, so their hyperparameters may
+also set ``cost_weight`` / ``cost_target`` (cost-aware choice, budget pacing) and ``incumbent`` /
+``max_loss`` (safe exploration against an incumbent model); the set policies through
+``routers.set_target.targeted`` (``cost_target`` sets their budget); see docs/policies/trusted-routing.md.
 """
 
 from __future__ import annotations
@@ -22,34 +26,36 @@ from routers.logistic_ucb import PromptWise
 from routers.mixture import MixtureGreedy, MixtureUCBCAB, MixtureUCBOGD, VanillaUCB
 from routers.retry import retrying
 from routers.set_baselines import CUCB, EpsGreedySet, ThompsonSet
+from routers.set_target import targeted
 from routers.simple import Always, EpsGreedy, Greedy, RandomPolicy, Thompson
+from routers.trusted import trusted
 
 PolicyFactory = Callable[..., Policy]
 
 POLICIES: dict[str, PolicyFactory] = {
-    "linucb": LinUCB,
+    "linucb": trusted(LinUCB),
     "promptwise": PromptWise,
     "promptwise-rbf": partial(PromptWise, kernel="rbf"),
     "random-till-succeed": RandomTillSucceed,
     "greedy-till-succeed": GreedyTillSucceed,
     "lowest-cost": LowestCost,
     "highest-cost": HighestCost,
-    "c2mab-v": C2MABV,
-    "cucb": CUCB,
-    "eps-greedy-set": EpsGreedySet,
-    "thompson-set": ThompsonSet,
+    "c2mab-v": targeted(C2MABV),
+    "cucb": targeted(CUCB),
+    "eps-greedy-set": targeted(EpsGreedySet),
+    "thompson-set": targeted(ThompsonSet),
     "mixture-ucb-cab": MixtureUCBCAB,
     "mixture-ucb-ogd": MixtureUCBOGD,
     "mixture-greedy": MixtureGreedy,
     "vanilla-ucb": VanillaUCB,
-    "knn-ucb": KnnUCB,
-    "balrog": Balrog,
-    "pak-ucb": retrying(PakUCB),  # pak-ucb:retry=true turns it into a retry-on-failure cascade
-    "random": RandomPolicy,
-    "always": Always,
-    "greedy": Greedy,
-    "eps-greedy": EpsGreedy,
-    "thompson": Thompson,
+    "knn-ucb": trusted(KnnUCB),
+    "balrog": trusted(Balrog),
+    "pak-ucb": trusted(retrying(PakUCB)),  # pak-ucb:retry=true turns it into a retry-on-failure cascade
+    "random": trusted(RandomPolicy),
+    "always": trusted(Always),
+    "greedy": trusted(Greedy),
+    "eps-greedy": trusted(EpsGreedy),
+    "thompson": trusted(Thompson),
 }
 
 

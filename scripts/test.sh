@@ -2,7 +2,7 @@
 # The whole suite: install, make sure Postgres and Redis run, then ruff, mypy and pytest (slow tests too).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install.sh cpu,dev
+bash scripts/install.sh dev
 bash scripts/services.sh
 export PATH="$PWD/.venv/bin:$PATH"
 echo "== ruff"; ruff check . && ruff format --check .

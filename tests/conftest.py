@@ -24,10 +24,8 @@ REDIS_URL = os.environ.get("BANDITGATE_TEST_REDIS", "redis://127.0.0.1:6379/0")
 ADMIN_KEY = "test-admin-key"
 TEST_STREAM = f"banditgate:test-events:{os.getpid()}-{uuid.uuid4().hex[:6]}"
 SECRET_KEY = "test-secret-key-for-backend-keys"
-# /work/shared/data from the main checkout; set BANDITGATE_TEST_SHARED_DATA when running from elsewhere.
-SHARED_DATA = Path(
-    os.environ.get("BANDITGATE_TEST_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data")
-)
+# A small committed cut of the RouteLLM data (see its README): the suite reads nothing outside the clone.
+TEST_DATA = Path(__file__).resolve().parent / "data"
 
 
 async def _admin_sql(statement: str) -> None:

@@ -1,22 +1,19 @@
-"""Real sentences for tests: MMLU questions read from ../shared/data (never copied into the repo)."""
+"""Real sentences for tests: MMLU questions from the committed fixture ``tests/data/routellm/topics``."""
 
 from __future__ import annotations
 
 import csv
-from pathlib import Path
 
-from tests.conftest import SHARED_DATA
+from tests.conftest import TEST_DATA
 
-MMLU = SHARED_DATA / "routellm" / "mmlu"
+TOPICS = TEST_DATA / "routellm" / "topics"
 
 
 def mmlu_questions(subjects: list[str], n: int) -> list[str]:
     """The first ``n`` distinct questions (stem only, without the options) over ``subjects``, in turn."""
     per_subject: list[list[str]] = []
     for subject in subjects:
-        path = Path(MMLU / f"mmlu_{subject}.csv")
-        if not path.exists():
-            raise FileNotFoundError(f"{path} is missing: the tests read the shared RouteLLM data")
+        path = TOPICS / f"mmlu_{subject}.csv"
         with path.open(newline="", encoding="utf-8") as handle:
             per_subject.append([row["prompt"].split("\nA.")[0].strip() for row in csv.DictReader(handle)])
     out: list[str] = []

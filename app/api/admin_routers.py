@@ -14,7 +14,14 @@ from app.api.admin_tenants import get_tenant
 from app.deps import AdminOnly, Ctx, Session
 from app.events import RouterChanged
 from app.jsonable import jsonable
-from app.schemas import RouterCreate, RouterOut, RouterStateImport, RouterStateOut, RouterUpdate
+from app.schemas import (
+    EmbedTextConfig,
+    RouterCreate,
+    RouterOut,
+    RouterStateImport,
+    RouterStateOut,
+    RouterUpdate,
+)
 from app.state import fresh_policy
 from app.store.eventlog import max_event_id, snapshot_row
 from app.store.models import Backend, Router, RouterCounter, Tenant
@@ -42,6 +49,7 @@ def router_out(r: Router, tenant: Tenant) -> RouterOut:
         version=r.version,
         judge_url=r.judge_url,
         judge_threshold=r.judge_threshold,
+        embed_text=EmbedTextConfig.model_validate(r.embed_text or {}),
         created_at=r.created_at,
         updated_at=r.updated_at,
     )
@@ -103,6 +111,7 @@ async def create_router(tenant: str, body: RouterCreate, ctx: Ctx, session: Sess
         is_default=body.is_default,
         judge_url=body.judge_url,
         judge_threshold=body.judge_threshold,
+        embed_text=None if body.embed_text is None else body.embed_text.model_dump(),
         version=1,
     )
     session.add(row)
@@ -152,6 +161,10 @@ async def update_router(tenant: str, name: str, body: RouterUpdate, ctx: Ctx, se
         row.judge_url = body.judge_url or None
     if body.judge_threshold is not None:
         row.judge_threshold = body.judge_threshold
+    if (
+        body.embed_text is not None
+    ):  # new decisions embed by the new rule; the learned state keeps its vectors
+        row.embed_text = body.embed_text.model_dump()
     if body.is_default is not None:
         row.is_default = body.is_default
         if body.is_default:

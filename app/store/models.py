@@ -90,6 +90,8 @@ class Router(Base):
     # Gateway-driven cascades: an HTTP judge scores each answer; below the threshold the next model is called.
     judge_url: Mapped[str | None] = mapped_column(Text, nullable=True)
     judge_threshold: Mapped[float] = mapped_column(Float, default=0.5)
+    # {"strategy", "max_tokens"} of embeddings.prompt_text.EmbedText; null = the default rule
+    embed_text: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True, default=None)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
 

@@ -67,6 +67,12 @@ async def test_router_configuration_is_validated(stack: Stack) -> None:
             ({"name": "x", "policy": "linucb", "arms": t.arms, "hyperparameters": {"gamma": 1}}, "gamma"),
             ({"name": "x", "policy": "linucb", "arms": ["ghost"]}, "ghost"),
             ({"name": "x", "policy": "linucb", "arms": t.arms, "reward_range": [1, 0]}, "reward_range"),
+            ({"name": "x", "policy": "linucb", "arms": t.arms, "embed_text": {"strategy": "tail"}}, "tail"),
+            (
+                {"name": "x", "policy": "linucb", "arms": t.arms, "embed_text": {"max_tokens": 4}},
+                "max_tokens",
+            ),
+            ({"name": "x", "policy": "linucb", "arms": t.arms, "embed_text": {"k": 1}}, "k"),
         ]
         for body, needle in cases:
             response = await client.post(url, json=body, headers=h)
@@ -81,6 +87,32 @@ async def test_router_configuration_is_validated(stack: Stack) -> None:
         )
         assert (await client.get("/admin/tenants/nobody/routers/main", headers=h)).status_code == 404
         assert (await client.get("/admin/backends/ghost", headers=h)).status_code == 404
+
+
+async def test_router_embed_text_is_stored_and_changed(stack: Stack) -> None:
+    """The embed-text rule is a router setting of its own (not a hyperparameter): default when not given,
+    stored, changed by PATCH ({} restores the default), rejected with a 422 when bad."""
+    async with running(create_app(stack.settings())) as client:
+        t = await make_tenancy(client)
+        url, h = f"/admin/tenants/{t.tenant}/routers", admin_headers()
+        default = {"strategy": "last-user-first", "max_tokens": None}
+        assert (await client.get(f"{url}/main", headers=h)).json()["embed_text"] == default
+        body = {
+            "name": "chunks",
+            "policy": "linucb",
+            "arms": t.arms,
+            "embed_text": {"strategy": "chunk-mean"},
+        }
+        made = (await client.post(url, json=body, headers=h)).json()
+        assert made["embed_text"] == {"strategy": "chunk-mean", "max_tokens": None}
+        assert made["hyperparameters"] == {}
+        patch = {"embed_text": {"strategy": "head", "max_tokens": 64}}
+        assert (await client.patch(f"{url}/chunks", json=patch, headers=h)).status_code == 200
+        assert (await client.get(f"{url}/chunks", headers=h)).json()["embed_text"] == patch["embed_text"]
+        bad = await client.patch(f"{url}/chunks", json={"embed_text": {"max_tokens": 10**6}}, headers=h)
+        assert bad.status_code == 422
+        restored = await client.patch(f"{url}/chunks", json={"embed_text": {}}, headers=h)
+        assert restored.json()["embed_text"] == default
 
 
 async def test_admin_auth(stack: Stack) -> None:

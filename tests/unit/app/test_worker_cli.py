@@ -1,6 +1,10 @@
-"""`banditgate worker ...` wiring and the guarded CLIP loader (no GPU, no weights needed)."""
+"""`banditgate worker ...` wiring and the guarded embedder loaders (no GPU, no weights needed): a missing
+optional piece fails with a message that says what to install."""
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -27,3 +31,24 @@ def test_clip_needs_local_weights() -> None:
         load_embedder("clip:ViT-B-32")
     with pytest.raises(FileNotFoundError, match="not found"):
         load_embedder("clip:ViT-B-32", weights="/nonexistent/open_clip_model.safetensors")
+
+
+def test_clip_without_open_clip_says_what_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    weights = tmp_path / "open_clip_model.safetensors"
+    weights.write_bytes(b"")
+    monkeypatch.setitem(sys.modules, "open_clip", None)  # as if open_clip_torch were not installed
+    with pytest.raises(ImportError, match=r"pip install 'banditgate\[gpu\]'"):
+        load_embedder("clip:ViT-B-32", weights=str(weights))
+
+
+@pytest.mark.parametrize("name", ["minilm", "clip:ViT-B-32"])
+def test_a_cuda_device_without_a_gpu_says_what_to_install(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    weights = tmp_path / "open_clip_model.safetensors"
+    weights.write_bytes(b"")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # a CPU build, or no GPU
+    with pytest.raises(RuntimeError, match=r"CUDA build of torch.*BANDITGATE_EMBEDDER_DEVICE=cpu"):
+        load_embedder(name, "cuda:0", weights=str(weights))

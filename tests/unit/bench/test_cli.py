@@ -17,6 +17,8 @@ from bench import embedding_cache
 from bench.cli import main
 from bench.dataset import load_dataset
 from bench.result_schema import validate_report
+from embeddings.hashing import HashingEmbedder
+from embeddings.prompt_text import EmbedText
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -57,8 +59,6 @@ def test_run_end_to_end_writes_a_report_that_follows_the_contract(tmp_path: Path
             "linucb",
             "--policy",
             "linucb:alpha=0.2",
-            "--horizon",
-            "60",
             "--seeds",
             "3",
             "--lambda",
@@ -75,7 +75,9 @@ def test_run_end_to_end_writes_a_report_that_follows_the_contract(tmp_path: Path
     assert code == 0
     report = json.loads(report_path.read_text())
     validate_report(report)
-    assert (report["horizon"], report["seeds"], report["lambda"]) == (60, 3, 2.0)
+    # no --horizon, no --draws: every one of the 40 prompts once per seed
+    assert (report["horizon"], report["seeds"], report["lambda"]) == (40, 3, 2.0)
+    assert (report["draws"], report["repeat_share"]) == ("without-replacement", 0.0)
     assert [p["spec"] for p in report["policies"]] == ["linucb", "linucb:alpha=0.2"]
     assert report["embedder"] == "context"
     assert report["arm_events"] == [{"model": "model-2", "round": 20, "action": "add"}]
@@ -85,6 +87,8 @@ def test_run_end_to_end_writes_a_report_that_follows_the_contract(tmp_path: Path
     assert sorted(p.name for p in plots.iterdir()) == ["cost.png", "opr.png", "regret.png"]
     table = capsys.readouterr().out
     assert "linucb:alpha=0.2" in table and "oracle" in table
+    assert "draws without-replacement, repeat share 0.0000" in table
+    assert "knn_ceiling (knn-ceiling k=" in table
 
 
 def test_the_schema_rejects_reports_that_break_the_contract(tmp_path: Path, linear_set: Path) -> None:
@@ -112,6 +116,12 @@ def test_the_schema_rejects_reports_that_break_the_contract(tmp_path: Path, line
         lambda r: r["policies"][0].pop("select_ms_p50"),
         lambda r: r["policies"][0].update(opr=1.5),
         lambda r: r["policies"][0].update(budget=0.1),  # a budget without violation fields
+        lambda r: r.pop("draws"),
+        lambda r: r.update(draws="bootstrap"),
+        lambda r: r.pop("repeat_share"),
+        lambda r: r.update(repeat_share=1.5),
+        lambda r: r["reference"].pop("knn_ceiling"),
+        lambda r: r["reference"]["knn_ceiling"].pop("k"),
     ):
         broken = copy.deepcopy(report)
         breakage(broken)
@@ -260,6 +270,28 @@ def test_embedding_cache_embeds_each_prompt_once_and_reuses_shards(tmp_path: Pat
     more = embedding_cache.embed_prompts(["a b", "e f"], "hashing:16", cache_dir=cache, progress=False)
     np.testing.assert_array_equal(more[0], first[0])
     assert len(list((cache / "hashing_16").glob("*.npz"))) == 2
+
+
+def test_embedding_cache_is_keyed_by_the_text_the_rule_embeds(tmp_path: Path) -> None:
+    """A long prompt gets a new vector when the rule changes (never the other rule's); a prompt within
+    the budget is the same text under every rule, so its vector is reused. hashing: 4 characters a piece,
+    head:8 keeps 32 characters."""
+    cache = tmp_path / "cache"
+    long_prompt, short = "word " * 20 + "end", "a b"
+    head = embedding_cache.embed_prompts(
+        [long_prompt, short], "hashing:16", cache, progress=False, rule=EmbedText("head", 8)
+    )
+    tail = embedding_cache.embed_prompts(
+        [long_prompt, short], "hashing:16", cache, progress=False, rule=EmbedText("head-tail", 8)
+    )
+    model = HashingEmbedder(16)
+    np.testing.assert_array_equal(head[0], model.embed([long_prompt[:32]])[0])
+    # head-tail:8 of 103 characters (26 pieces): the first 2 pieces ("word wor"), and the last 6 from
+    # piece 20 (character 80, a word start): "word word word word end"
+    np.testing.assert_array_equal(tail[0], model.embed(["word wor\nword word word word end"])[0])
+    np.testing.assert_array_equal(head[1], tail[1])
+    shards = [np.load(f)["keys"].tolist() for f in (cache / "hashing_16").glob("*.npz")]
+    assert sorted(len(keys) for keys in shards) == [1, 2]  # the second rule embedded the long prompt only
 
 
 def test_cache_dir_defaults_to_env_var(monkeypatch, tmp_path: Path) -> None:

@@ -49,7 +49,15 @@ def test_a_normalised_declared_budget_is_judged_in_usd(monkeypatch, dataset) -> 
     # rho 0.5 in units of 0.004 USD -> 0.002 USD per round; always C spends 0.01 -> V(T) = 0.008
     decision = Decision(arms=["C"], info={"budget": 0.5, "cost_scale": 0.004})
     register(monkeypatch, "scripted", always(lambda: decision))
-    report = replay(dataset, dataset.contexts, [parse_spec("scripted")], T, SEEDS, progress=False).report
+    report = replay(
+        dataset,
+        dataset.contexts,
+        [parse_spec("scripted")],
+        T,
+        SEEDS,
+        progress=False,
+        draws="with-replacement",
+    ).report
     row = report["policies"][0]
     assert row["budget"] == pytest.approx(0.002)
     assert row["violation"] == pytest.approx(0.008)
@@ -61,7 +69,9 @@ def test_a_normalised_declared_budget_is_judged_in_usd(monkeypatch, dataset) -> 
 
 def test_cucb_violates_the_budget_c2mabv_keeps_and_both_share_one_usd_rho(dataset) -> None:
     specs = [parse_spec("c2mab-v:max_models=2"), parse_spec("cucb:max_models=2")]
-    report = replay(dataset, dataset.contexts, specs, 400, SEEDS, progress=False).report
+    report = replay(
+        dataset, dataset.contexts, specs, 400, SEEDS, progress=False, draws="with-replacement"
+    ).report
     c2, cucb = report["policies"]
     # rho 0.45 x the running mean of the largest Context cost (constant 0.01 here) = 0.0045 USD
     assert c2["budget"] == pytest.approx(0.0045) and cucb["budget"] == pytest.approx(0.0045)
@@ -80,14 +90,21 @@ def test_cucb_violates_the_budget_c2mabv_keeps_and_both_share_one_usd_rho(datase
 def test_budget_flag_sets_the_run_rho_for_the_references(dataset) -> None:
     # --budget 0.1 -> 0.1 x 0.01 USD; always-C oracle-like rows pay 0.001 / 0.002 / 0.01
     report = replay(
-        dataset, dataset.contexts, [parse_spec("lowest-cost")], T, SEEDS, progress=False, budget=0.1
+        dataset,
+        dataset.contexts,
+        [parse_spec("lowest-cost")],
+        T,
+        SEEDS,
+        progress=False,
+        budget=0.1,
+        draws="with-replacement",
     ).report
     assert report["run_budget"]["usd"] == pytest.approx(0.001)
     oracle = report["reference"]["oracle"]
     spend = np.mean([np.array([0.001, 0.002, 0.01])[prompts(s)].mean() for s in range(SEEDS)])
     assert oracle["violation"] == pytest.approx(spend - 0.001)
     # a single-call policy without --max-calls and without a set policy: no extra references
-    assert set(report["reference"]) == {"best_single", "oracle", "random"}
+    assert set(report["reference"]) == {"best_single", "oracle", "random", "knn_ceiling"}
     # lowest-cost calls A only and spends exactly rho: no violation
     assert report["policies"][0]["violation"] == pytest.approx(0.0)
 
@@ -97,7 +114,9 @@ def test_a_declared_success_threshold_decides_when_a_set_cascade_stops(monkeypat
     data = load_dataset(write_dataset(tmp_path / "t", MODELS, rows, (0.0, 1.0), "one"))
     info = {"reward_model": "awc"}
     register(monkeypatch, "harness-default", always(lambda: Decision(arms=["A", "B"], mode="set", info=info)))
-    default = replay(data, data.contexts, [parse_spec("harness-default")], 5, 1, progress=False).report
+    default = replay(
+        data, data.contexts, [parse_spec("harness-default")], 5, 1, progress=False, draws="with-replacement"
+    ).report
     # midpoint 0.5: A's 0.6 succeeds, one call
     assert default["policies"][0]["calls_per_round"] == 1.0
     assert default["policies"][0]["success_threshold"] == 0.5
@@ -105,7 +124,14 @@ def test_a_declared_success_threshold_decides_when_a_set_cascade_stops(monkeypat
     register(monkeypatch, "declared", always(lambda: Decision(arms=["A", "B"], mode="set", info=strict)))
     # the Decision's 0.9 wins over --success-threshold 0.5: A fails, B is called, reward 1
     report = replay(
-        data, data.contexts, [parse_spec("declared")], 5, 1, success_threshold=0.5, progress=False
+        data,
+        data.contexts,
+        [parse_spec("declared")],
+        5,
+        1,
+        success_threshold=0.5,
+        progress=False,
+        draws="with-replacement",
     ).report
     row = report["policies"][0]
     assert (row["calls_per_round"], row["mean_reward"], row["mean_cost"]) == pytest.approx((2.0, 1.0, 0.003))
@@ -117,7 +143,9 @@ def test_oracle_set_is_the_best_affordable_set_by_enumeration(dataset) -> None:
     # rho 0.35 x 0.01 = 0.0035 USD: affordable {A}, {B}, {A,B} (C alone costs 0.01). AWC values:
     # {A,B} wins 2/3 of the prompts. Played on the draws: p0 A (1, 0.001), p1 A,B (1, 0.003), p2 A,B (0, 0.003)
     spec = parse_spec("c2mab-v:reward=awc,max_models=2,budget=0.35")
-    report = replay(dataset, dataset.contexts, [spec], T, SEEDS, progress=False).report
+    report = replay(
+        dataset, dataset.contexts, [spec], T, SEEDS, progress=False, draws="with-replacement"
+    ).report
     row = report["reference"]["oracle_set"]
     assert row["name"] == "awc {A,B}"
     reward = np.mean([np.array([1.0, 1.0, 0.0])[prompts(s)].mean() for s in range(SEEDS)])
@@ -134,7 +162,9 @@ def test_oracle_set_suc_takes_exactly_n_and_falls_back_to_the_cheapest_when_none
     dataset,
 ) -> None:
     spec = parse_spec("c2mab-v:reward=suc,max_models=2,budget=0.01")
-    row = replay(dataset, dataset.contexts, [spec], T, 1, progress=False).report["reference"]["oracle_set"]
+    row = replay(dataset, dataset.contexts, [spec], T, 1, progress=False, draws="with-replacement").report[
+        "reference"
+    ]["oracle_set"]
     assert row["name"] == "suc {A,B} (no affordable set)"
     assert row["calls_per_round"] == 2.0
 
@@ -145,7 +175,9 @@ def test_one_set_oracle_per_distinct_set_problem(dataset) -> None:
         parse_spec("cucb:reward=awc,max_models=2,budget=0.35"),
         parse_spec("c2mab-v:reward=suc,max_models=2,budget=0.35"),
     ]
-    refs = replay(dataset, dataset.contexts, specs, T, 1, progress=False).report["reference"]
+    refs = replay(dataset, dataset.contexts, specs, T, 1, progress=False, draws="with-replacement").report[
+        "reference"
+    ]
     assert [k for k in refs if k.startswith("oracle_set")] == ["oracle_set", "oracle_set_suc"]
     # SUC with exactly 2 models within 0.0035 USD: only {A, B}, both called every round
     assert refs["oracle_set_suc"]["name"] == "suc {A,B}"
@@ -171,6 +203,7 @@ def test_oracle_cascade_plays_the_dp_plan_per_prompt(dataset, lam, reward, cost,
         cost_weight=lam,
         max_calls=2,
         progress=False,
+        draws="with-replacement",
     ).report
     row = report["reference"]["oracle_cascade"]
     expect_r = np.mean([np.array(reward)[prompts(s)].mean() for s in range(SEEDS)])
@@ -211,7 +244,7 @@ def test_a_bad_spec_fails_before_any_embedding(tmp_path: Path, monkeypatch, caps
         raise AssertionError("embedded before the specs were checked")
 
     monkeypatch.setattr(run_command, "embed_prompts", forbidden)
-    args = ["run", "--dataset", str(root), "--horizon", "5", "--quiet"]
+    args = ["run", "--dataset", str(root), "--horizon", "3", "--quiet"]
     assert main([*args, "--policy", "promptwise", "--policy", "c2mab-v:budgett=0.3"]) == 2
     assert "budgett" in capsys.readouterr().err
     assert main([*args, "--policy", "no-such-policy"]) == 2
@@ -247,6 +280,8 @@ def test_promptwise_and_c2mabv_end_to_end_follow_the_contract(tmp_path: Path) ->
             "cucb",
             "--horizon",
             "30",
+            "--draws",
+            "with-replacement",
             "--seeds",
             "2",
             "--lambda",
@@ -261,7 +296,14 @@ def test_promptwise_and_c2mabv_end_to_end_follow_the_contract(tmp_path: Path) ->
     assert code == 0
     report = json.loads(out.read_text())
     validate_report(report)
-    assert set(report["reference"]) == {"best_single", "oracle", "random", "oracle_set", "oracle_cascade"}
+    assert set(report["reference"]) == {
+        "best_single",
+        "oracle",
+        "random",
+        "knn_ceiling",
+        "oracle_set",
+        "oracle_cascade",
+    }
     rows_by_spec = {row["spec"]: row for row in report["policies"]}
     assert rows_by_spec["promptwise"]["calls_per_round"] <= 2.0
     assert rows_by_spec["c2mab-v"]["success_threshold"] == 0.5

@@ -53,6 +53,7 @@ def test_references_regret_and_opr_match_hand_computation(
         seeds=3,
         cost_weight=lam,
         progress=False,
+        draws="with-replacement",
     )
     counts = np.array(
         [np.bincount(np.random.default_rng(s).integers(3, size=40), minlength=3) for s in range(3)]
@@ -74,14 +75,24 @@ def test_references_regret_and_opr_match_hand_computation(
 
 
 def test_random_reference_picks_each_model_about_half_the_time(dataset) -> None:
-    result = replay(dataset, dataset.contexts, [], horizon=2000, seeds=2, progress=False)
+    result = replay(
+        dataset, dataset.contexts, [], horizon=2000, seeds=2, progress=False, draws="with-replacement"
+    )
     # E[cost] = (0.01 + 0.03) / 2 = 0.02; sd of the mean of 4000 fair picks of +-0.01 is 0.00016
     assert result.report["reference"]["random"]["mean_cost"] == pytest.approx(0.02, abs=0.0008)
 
 
 def test_ci95_is_196_sd_over_sqrt_seeds_of_per_seed_means(monkeypatch, dataset) -> None:
     register(monkeypatch, "always-b", always(lambda: Decision(arms=["B"])))
-    result = replay(dataset, dataset.contexts, [parse_spec("always-b")], horizon=30, seeds=4, progress=False)
+    result = replay(
+        dataset,
+        dataset.contexts,
+        [parse_spec("always-b")],
+        horizon=30,
+        seeds=4,
+        progress=False,
+        draws="with-replacement",
+    )
     per_seed = [trace.reward.mean() for trace in result.runs["always-b"]]
     expected = 1.96 * np.std(per_seed, ddof=1) / 2.0
     assert expected > 0
@@ -94,7 +105,14 @@ def test_schedule_restricts_the_oracle_and_tells_the_policy(monkeypatch, dataset
     events = [parse_arm_event("B@10", "add"), parse_arm_event("A@20", "remove")]
     register(monkeypatch, "first", lambda policy, context: Decision(arms=[next(iter(context.costs))]))
     result = replay(
-        dataset, dataset.contexts, [parse_spec("first")], horizon=30, seeds=1, events=events, progress=False
+        dataset,
+        dataset.contexts,
+        [parse_spec("first")],
+        horizon=30,
+        seeds=1,
+        events=events,
+        progress=False,
+        draws="with-replacement",
     )
     from tests.unit.bench.scripted_policy import ScriptedPolicy
 
@@ -120,6 +138,7 @@ def test_every_policy_sees_the_same_prompts_and_reward_draws(monkeypatch, datase
         horizon=25,
         seeds=2,
         progress=False,
+        draws="with-replacement",
     )
     first, second = ScriptedPolicy.instances[-4], ScriptedPolicy.instances[-3]  # seed 0 of each spec
     assert [p.seed for p in (first, second)] == [0, 0]

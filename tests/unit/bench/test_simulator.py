@@ -49,6 +49,7 @@ def _run(monkeypatch, dataset, script, **kwargs):
         seeds=1,
         progress=False,
         **kwargs,
+        draws="with-replacement",
     )
     return result.report["policies"][0], result.runs["scripted"][0], ScriptedPolicy.instances[-1]
 
@@ -205,7 +206,15 @@ def test_dataset_budget_applies_to_policies_and_references(tmp_path: Path, monke
     root = write_dataset(tmp_path / "b", MODELS, ROWS, (0.0, 1.0), "budget", budget=0.004)
     data = load_dataset(root)
     register(monkeypatch, "scripted", always(lambda: Decision(arms=["mid"])))
-    report = replay(data, data.contexts, [parse_spec("scripted")], horizon=4, seeds=1, progress=False).report
+    report = replay(
+        data,
+        data.contexts,
+        [parse_spec("scripted")],
+        horizon=4,
+        seeds=1,
+        progress=False,
+        draws="with-replacement",
+    ).report
     assert report["policies"][0]["violation"] == pytest.approx(0.01 - 0.004)
     # the oracle calls mid (reward 1, cheaper than pricey): the same spend
     assert report["reference"]["oracle"]["violation"] == pytest.approx(0.006)
@@ -226,7 +235,14 @@ def test_round_rng_gives_every_select_of_a_round_a_fresh_keyed_generator(monkeyp
         return Decision(arms=remaining[:1], mode="cascade", adaptive=True)
 
     register(monkeypatch, "scripted", script)
-    env = ReplayEnv(dataset, dataset.contexts, build_schedule(dataset.model_names, [], HORIZON), 0.0, 0.5)
+    env = ReplayEnv(
+        dataset,
+        dataset.contexts,
+        build_schedule(dataset.model_names, [], HORIZON),
+        0.0,
+        0.5,
+        draws="with-replacement",
+    )
     policy = ScriptedPolicy(dataset.model_names, script=script)
     run_policy(policy, env, env.draw(0), round_rng=partial(decision_rng, 7))
     draws = [float(c.rng.random()) for c in policy.contexts]  # type: ignore[union-attr]

@@ -1,0 +1,142 @@
+"""Cost as an objective for any single-choice policy: a composition wrapper (issue 15, section 1).
+
+``CostAware(inner, cost_weight, cost_target)`` lets the inner policy score every candidate arm, then
+chooses by the cost-adjusted index
+
+    J_a(x) = I_a(x) - lambda_t c_a(x),      g_t = argmax_a J_a(x)   (ties uniformly at random, with
+                                                                   the context's generator)
+
+where I_a(x) is the inner policy's own per-arm index for this prompt (``Decision.scores[a]["index"]``:
+the reward UCB of kNN-UCB / BALROG, LinUCB, PAK-UCB; the posterior draw of Thompson sampling; the mean of
+greedy), c_a(x) the expected USD cost of this call (``Context.costs[a]``; for an arm without a price, the
+optimistic lower confidence bound of its observed costs, ``routers.pacing.CostEstimates``) and lambda_t:
+
+- ``cost_weight`` alone: lambda_t = cost_weight, fixed (reward units per USD: the exchange rate between
+  reward and money, the "lambda" of ``bench run --lambda``).
+- ``cost_target`` (USD per request, on average): lambda_t is the online Lagrange multiplier of the
+  budget constraint, ``routers.pacing.DualPacer`` (projected dual gradient step on the overspend;
+  Agrawal and Devanur 2016, Balseiro, Lu and Mirrokni 2023). With both, ``cost_weight`` is the initial
+  value and the floor of lambda_t: the router never values money less than cost_weight, and spends less
+  than the target when that is what cost_weight prefers.
+
+An untried arm has I_a = +inf and stays first whatever its cost (UCB's optimism: it must be seen once).
+Per-arm scores gain ``cost`` (c_a), ``cost_term`` (lambda_t c_a) and ``adjusted_index`` (J_a);
+``Decision.info["cost_multiplier"]`` is lambda_t. A decision of the inner policy without a per-arm index
+(epsilon-greedy's exploration step) is kept as it is (``info["cost_adjusted"] = False``): exploration
+stays uniform. Policies that never report an index (``random``, ``always``) and cascades (``retry=true``)
+are refused at construction with a ``PolicyConfigError``. BALROG's queries keep their arms, minus the one
+the wrapper chose.
+
+Everything the wrapper learns (lambda_t, the cost estimates) is folded from observations only, never
+from ``select``: replicas folding the same events choose alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+
+from routers.base import Context, Decision, Observation, Policy, PolicyConfigError, argmax_random_tie
+from routers.pacing import CostEstimates, DualPacer, finite_number
+from routers.wrapper import PolicyWrapper
+
+COST_KEYS = ("cost_weight", "cost_target", "pacing_rate", "cost_confidence")
+UNINDEXED = ("random", "always")
+
+
+class CostAware(PolicyWrapper):
+    """The wrapper of the module docstring; ``name`` is the inner policy's."""
+
+    key: ClassVar[str] = "cost"
+    cost_aware: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        inner: Policy,
+        cost_weight: float | None = None,
+        cost_target: float | None = None,
+        pacing_rate: float = 0.05,
+        cost_confidence: float = 2.0,
+    ) -> None:
+        super().__init__(inner, "cost_weight / cost_target")
+        if inner.name in UNINDEXED:
+            raise PolicyConfigError(
+                f"cost_weight / cost_target need a policy that scores every arm; {inner.name!r} reports no "
+                "per-arm index"
+            )
+        weight = 0.0 if cost_weight is None else cost_weight
+        if not (finite_number(weight) and weight >= 0):
+            raise PolicyConfigError(f"cost_weight must be a number >= 0, got {cost_weight!r}")
+        self.cost_weight = float(weight)
+        self.pacer = None if cost_target is None else DualPacer(cost_target, pacing_rate, self.cost_weight)
+        self.estimates = CostEstimates(cost_confidence)
+        self.settings = {
+            "cost_weight": self.cost_weight,
+            "cost_target": cost_target,
+            "pacing_rate": pacing_rate,
+            "cost_confidence": cost_confidence,
+        }
+
+    @property
+    def multiplier(self) -> float:
+        """lambda_t: the pacer's multiplier under a cost target, else ``cost_weight``."""
+        return self.cost_weight if self.pacer is None else self.pacer.multiplier
+
+    def expected_cost(self, arm: str, context: Context) -> float:
+        """c_a(x): the context's price of this call, else the learned optimistic estimate."""
+        if context.costs is not None and arm in context.costs:
+            return float(context.costs[arm])
+        return self.estimates.lower_bound(arm)
+
+    def select(self, context: Context) -> Decision:
+        """g_t = argmax_a I_a(x) - lambda_t c_a(x) over the arms the inner policy scored."""
+        decision = self.inner.select(context)
+        lam = self.multiplier
+        scored = [a for a, s in decision.scores.items() if "index" in s]
+        if not decision.arms or not scored:
+            decision.info = {**decision.info, "cost_multiplier": lam, "cost_adjusted": False}
+            return decision
+        scores: dict[str, dict[str, float]] = {}
+        adjusted = np.empty(len(scored))
+        for i, arm in enumerate(scored):
+            cost = self.expected_cost(arm, context)
+            term = lam * cost
+            adjusted[i] = decision.scores[arm]["index"] - term
+            scores[arm] = {
+                **decision.scores[arm],
+                "cost": cost,
+                "cost_term": term,
+                "adjusted_index": float(adjusted[i]),
+            }
+        rng = context.rng if context.rng is not None else getattr(self.inner, "rng", None)
+        if rng is None:  # pragma: no cover - every wrapped policy is a PolicyBase with its own generator
+            raise PolicyConfigError(f"{self.name!r} has no random generator for ties")
+        chosen = scored[argmax_random_tie(adjusted, rng)]
+        return Decision(
+            arms=[chosen],
+            scores=scores,
+            mode=decision.mode,
+            adaptive=decision.adaptive,
+            query=[a for a in decision.query if a != chosen],
+            info={**decision.info, "cost_multiplier": lam, "cost_adjusted": True},
+        )
+
+    def _fold(self, observation: Observation) -> None:
+        """Fold the cost into lambda_t and the cost estimates."""
+        if observation.arm in self.inner.arms:
+            self.estimates.update(observation)
+        if self.pacer is not None:
+            self.pacer.update(observation)
+
+    def _state(self) -> dict[str, Any]:
+        return {
+            "pacer": None if self.pacer is None else self.pacer.state(),
+            "estimates": self.estimates.state(),
+        }
+
+    def _load(self, state: Mapping[str, Any]) -> None:
+        if self.pacer is not None and state.get("pacer") is not None:
+            self.pacer.load(state["pacer"])
+        self.estimates.load(state.get("estimates", {}))

@@ -1,0 +1,68 @@
+"""Registry factories that give any single-choice policy the trusted-routing hyperparameters.
+
+``trusted(factory)`` wraps a registry factory (a class, or ``retrying(cls)``) so that the router's
+hyperparameters may also carry
+
+- ``cost_weight``, ``cost_target``, ``pacing_rate``, ``cost_confidence``: ``routers.cost_aware.CostAware``;
+- ``incumbent``, ``max_loss``, ``delta``, ``reward_min``, ``reward_max``:
+  ``routers.conservative.Conservative`` (without ``incumbent``, the highest-priced arm is the incumbent).
+
+A wrapper applies when any of its keys is set (not None; ``cost_weight = 0`` alone is the plain policy).
+
+The order is fixed: ``Conservative(CostAware(policy))`` (the check guards whatever the cost-aware choice
+proposes). Without any of these keys the factory returns the plain policy, whose state is unchanged. The
+remaining keys go to the policy's own constructor, which validates them as before; a wrapper key that the
+wrapper does not accept for this policy (``cost_target`` on ``random``) is a ``PolicyConfigError``.
+``from_state`` restores every form, so ``registry.restore_policy`` works unchanged. In a bench spec:
+``knn-ucb:cost_target=0.002``, ``knn-ucb:incumbent=gpt-4,max_loss=0.02``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from routers.base import Policy
+from routers.conservative import CONSERVATIVE_KEYS, Conservative
+from routers.cost_aware import COST_KEYS, CostAware
+
+
+def wrap(inner: Policy, hyper: Mapping[str, Any]) -> Policy:
+    """Apply the wrappers that ``hyper`` (wrapper keys only) asks for, innermost first. A key set to
+    None, or ``cost_weight`` = 0, counts as absent; any other key of a wrapper applies it (and has it
+    validated)."""
+    given = {k: v for k, v in hyper.items() if v is not None and not (k == "cost_weight" and v == 0)}
+    policy = inner
+    if any(k in given for k in COST_KEYS):
+        policy = CostAware(policy, **{k: hyper[k] for k in COST_KEYS if k in hyper})  # type: ignore[assignment]
+    if any(k in given for k in CONSERVATIVE_KEYS):
+        safe = {k: hyper[k] for k in CONSERVATIVE_KEYS if k in hyper}
+        policy = Conservative(policy, **safe)  # type: ignore[assignment]
+    return policy
+
+
+def restore_wrapped(state: Mapping[str, Any], restore_inner: Callable[[Mapping[str, Any]], Policy]) -> Policy:
+    """Inverse of ``wrap(...).state_dict()``."""
+    for wrapper in (Conservative, CostAware):
+        if wrapper.key in state:
+            inner = restore_wrapped(state["inner"], restore_inner)
+            return wrapper.restore(inner, state[wrapper.key])  # type: ignore[return-value]
+    return restore_inner(state)
+
+
+def trusted(factory: Any) -> Callable[..., Policy]:
+    """A registry factory: ``factory`` plus the wrapper hyperparameters of the module docstring."""
+    keys = (*COST_KEYS, *CONSERVATIVE_KEYS)
+
+    def build(arms: Sequence[str] = (), seed: int | None = 0, **hyper: Any) -> Policy:
+        own = {k: v for k, v in hyper.items() if k not in keys}
+        inner: Policy = factory(arms=arms, seed=seed, **own)
+        return wrap(inner, {k: v for k, v in hyper.items() if k in keys})
+
+    def from_state(state: Mapping[str, Any]) -> Policy:
+        return restore_wrapped(state, factory.from_state)
+
+    build.from_state = from_state  # type: ignore[attr-defined]
+    build.policy_class = getattr(factory, "policy_class", factory)  # type: ignore[attr-defined]
+    build.__name__ = f"trusted_{getattr(factory, '__name__', 'policy')}"
+    return build
