@@ -17,7 +17,7 @@ from app.settings import Settings
 from app.state import PolicyStates
 
 if TYPE_CHECKING:
-    from app.probes import ProbeRunner
+    from app.routing.probes import ProbeRunner
 
 
 @dataclass
@@ -32,4 +32,4 @@ class AppContext:
     backends: BackendClient
     catalog: Catalog
     compaction: CompactionLoop | None = None
-    probes: ProbeRunner | None = None  # made on first use (app/probes.py)
+    probes: ProbeRunner | None = None  # made on first use (app/routing/probes.py)

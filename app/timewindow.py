@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from app.errors import Invalid
+from app.routing.errors import Invalid
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 DEFAULT_SPAN = timedelta(hours=24)

@@ -19,8 +19,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.errors import BackendsFailed, Declined, GatewayError, Invalid, NotFound, TooLarge
 from app.jsonable import jsonable
+from app.routing.errors import BackendsFailed, Declined, GatewayError, Invalid, NotFound, TooLarge
 
 log = logging.getLogger("banditgate")
 

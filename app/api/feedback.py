@@ -1,12 +1,13 @@
 """POST /feedback and /feedback/batch: rewards, costs and output embeddings for decisions;
-GET /feedback/pending: the active-learning probes waiting for a reward (app/probes.py)."""
+GET /feedback/pending: the active-learning probes waiting for a reward (app/routing/probes.py)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException, Query, status
 
-from app import gateway, probes
 from app.deps import Ctx, CurrentTenant, Session
+from app.routing import feedback as events
+from app.routing import probes
 from app.schemas import (
     FeedbackAccepted,
     FeedbackBatch,
@@ -25,7 +26,7 @@ async def feedback(
 ) -> FeedbackAccepted:
     """Record one event. Idempotent on (decision_id, model, kind): a retry returns the first event id
     with ``duplicate: true`` and is learned once. 202 means committed to the log."""
-    accepted = await gateway.record_feedback(ctx, session, tenant, [gateway.Outcome(**body.model_dump())])
+    accepted = await events.record_feedback(ctx, session, tenant, [events.Outcome(**body.model_dump())])
     await probes.mark_answered(session, accepted)
     return accepted[0]
 
@@ -40,8 +41,8 @@ async def feedback_batch(
             status.HTTP_413_CONTENT_TOO_LARGE,
             f"{len(body.events)} events in one batch; the limit is {ctx.settings.max_feedback_batch}",
         )
-    accepted = await gateway.record_feedback(
-        ctx, session, tenant, [gateway.Outcome(**e.model_dump()) for e in body.events]
+    accepted = await events.record_feedback(
+        ctx, session, tenant, [events.Outcome(**e.model_dump()) for e in body.events]
     )
     await probes.mark_answered(session, accepted)
     return FeedbackBatchAccepted(events=accepted)

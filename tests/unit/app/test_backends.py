@@ -11,7 +11,7 @@ from pydantic import SecretStr
 
 from app.backend_keys import SecretKeyMissing, decrypt_key, encrypt_key, fernet_for
 from app.backends import AttemptRecord, BackendClient, BackendFailure, Target
-from app.forwarding import usage_tokens
+from app.routing.costs import usage_tokens
 from app.settings import Settings
 from tests.fake_backend import FakeBackends
 

@@ -10,11 +10,12 @@ from pydantic import ValidationError
 
 from app.auth import bearer_token, display_prefix, hash_key, is_admin_key, new_api_key
 from app.events import FeedbackMessage, RouterChanged, decode_message, encode_message
-from app.gateway import call_cost, decision_rng
 from app.jsonable import jsonable
+from app.routing.decide import decision_rng
 from app.schemas import FeedbackRequest, RouterCreate, RouteRequest
 from app.settings import Settings
 from app.store.models import Backend
+from routers.replay_format import call_cost
 
 
 def test_settings_read_env_and_normalise_urls(monkeypatch: pytest.MonkeyPatch) -> None:
