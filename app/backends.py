@@ -24,16 +24,7 @@ import httpx
 
 from app.settings import Settings
 from app.store.models import Backend
-
-
-def call_cost(prices: Backend | Target, tokens_in: float, tokens_out: float) -> float:
-    """USD for one call: tokens x price per million tokens, plus the per-call price."""
-    return (
-        tokens_in * prices.usd_per_mtok_in / 1e6
-        + tokens_out * prices.usd_per_mtok_out / 1e6
-        + prices.usd_per_call
-    )
-
+from routers.replay_format import call_cost
 
 log = logging.getLogger(__name__)
 
@@ -84,8 +75,7 @@ class AttemptRecord:
 
 
 class BackendFailure(Exception):
-    """A backend gave up (after its retries). ``status_code`` is what the gateway answers: 504 when the
-    last attempt timed out, 502 otherwise."""
+    """A backend gave up (after its retries); ``outcome`` is the last attempt's (``timeout``, ...)."""
 
     def __init__(
         self,
@@ -102,10 +92,6 @@ class BackendFailure(Exception):
         self.retryable = retryable
         self.http_status = http_status
         self.retry_after = retry_after
-
-    @property
-    def status_code(self) -> int:
-        return 504 if self.outcome == "timeout" else 502
 
 
 def _excerpt(text: str) -> str:

@@ -10,13 +10,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.backends import BackendClient
 from app.bus import EventBus
+from app.catalog import Catalog
 from app.compaction import CompactionLoop
 from app.embedding import EmbeddingService
 from app.settings import Settings
 from app.state import PolicyStates
 
 if TYPE_CHECKING:
-    from app.probes import ProbeRunner
+    from app.routing.probes import ProbeRunner
 
 
 @dataclass
@@ -29,5 +30,6 @@ class AppContext:
     states: PolicyStates
     embeddings: EmbeddingService
     backends: BackendClient
+    catalog: Catalog
     compaction: CompactionLoop | None = None
-    probes: ProbeRunner | None = None  # made on first use (app/probes.py)
+    probes: ProbeRunner | None = None  # made on first use (app/routing/probes.py)

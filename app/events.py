@@ -3,6 +3,7 @@
 ``FeedbackMessage`` carries everything a replica needs to fold an event (the decision's embedding
 included), so folding never reads the database. ``RouterChanged`` tells replicas that a router's
 configuration or learned state was replaced (update, reset, import): they drop their copy and reload.
+``CatalogChanged`` tells them to drop their cached keys, routers and backends (app/catalog.py).
 """
 
 from __future__ import annotations
@@ -34,10 +35,20 @@ class RouterChanged:
     version: int
 
 
-Message = FeedbackMessage | RouterChanged
+@dataclass(frozen=True)
+class CatalogChanged:
+    """An API key, tenant, backend or router was added, changed or removed: replicas clear their
+    cached copies (app/catalog.py). ``what`` names the change, for logs."""
+
+    what: str
+
+
+Message = FeedbackMessage | RouterChanged | CatalogChanged
 
 
 def encode_message(message: Message) -> str:
+    if isinstance(message, CatalogChanged):
+        return json.dumps({"type": "catalog", "what": message.what})
     if isinstance(message, RouterChanged):
         return json.dumps({"type": "router", "router_id": message.router_id, "version": message.version})
     return json.dumps(
@@ -58,6 +69,8 @@ def encode_message(message: Message) -> str:
 
 def decode_message(raw: str | bytes) -> Message:
     data = json.loads(raw)
+    if data["type"] == "catalog":
+        return CatalogChanged(what=str(data.get("what", "")))
     if data["type"] == "router":
         return RouterChanged(router_id=int(data["router_id"]), version=int(data["version"]))
     return FeedbackMessage(

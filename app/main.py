@@ -16,6 +16,7 @@ from app.api.metrics import RequestMetrics
 from app.api.metrics import router as metrics_router
 from app.backends import BackendClient
 from app.bus import EventBus, InProcessBus, RedisStreamBus
+from app.catalog import Catalog
 from app.compaction import CompactionLoop
 from app.context import AppContext
 from app.dashboard import mount_dashboard
@@ -26,6 +27,7 @@ from app.embedding import (
     LruEmbeddingCache,
     RedisEmbeddingCache,
 )
+from app.events import CatalogChanged, Message, RouterChanged
 from app.settings import Settings
 from app.state import PolicyStates
 from app.store.db import make_engine, make_sessionmaker
@@ -33,7 +35,7 @@ from embeddings.registry import load_embedder
 
 
 async def open_context(settings: Settings) -> AppContext:
-    engine = make_engine(settings.database_url)
+    engine = make_engine(settings.database_url, settings.db_pool_recycle_s)
     sessionmaker = make_sessionmaker(engine)
     redis: Redis | None = None
     bus: EventBus
@@ -62,8 +64,15 @@ async def open_context(settings: Settings) -> AppContext:
         pool = EmbeddingPoolClient(pool_redis, settings.embed_stream, embedder.name, settings.embed_timeout_s)
     embeddings = EmbeddingService(embedder, cache, pool)
     backends = BackendClient(settings)
-    ctx = AppContext(settings, engine, sessionmaker, redis, bus, states, embeddings, backends)
-    await bus.start(states.handle, states.resync)
+    catalog = Catalog(sessionmaker, settings)
+    ctx = AppContext(settings, engine, sessionmaker, redis, bus, states, embeddings, backends, catalog)
+
+    async def on_message(message: Message) -> None:
+        if isinstance(message, CatalogChanged | RouterChanged):
+            catalog.clear()
+        await states.handle(message)
+
+    await bus.start(on_message, states.resync)
     ctx.compaction = CompactionLoop(states, settings.compact_interval_s)
     ctx.compaction.start()
     return ctx

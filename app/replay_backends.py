@@ -30,24 +30,14 @@ from fastapi import Body, FastAPI, HTTPException, status
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from app.schemas import ChatMessage, RouteRequest
+from routers.replay_format import DatasetError, ModelPrice, read_models, read_rows, whole_tokens
 
-CHARS_PER_TOKEN = 4
-DEFAULT_TOKENS_OUT = 256
 STREAM_CHUNKS = 4
-
-
-@dataclass(frozen=True)
-class ReplayModel:
-    name: str
-    usd_per_mtok_in: float = 0.0
-    usd_per_mtok_out: float = 0.0
-    usd_per_call: float = 0.0
-    default_tokens_out: int = DEFAULT_TOKENS_OUT
 
 
 @dataclass
 class ReplayDataset:
-    models: list[ReplayModel]
+    models: list[ModelPrice]
     reward_range: tuple[float, float]
     rows: list[dict[str, Any]]
     description: str = ""
@@ -61,30 +51,20 @@ class ReplayDataset:
     def names(self) -> list[str]:
         return [m.name for m in self.models]
 
-    def model(self, name: str) -> ReplayModel | None:
+    def model(self, name: str) -> ModelPrice | None:
         return next((m for m in self.models if m.name == name), None)
 
 
 def load_dataset(directory: str | Path) -> ReplayDataset:
+    """Read a replay dataset's files, checked as ``bench run`` checks them (routers/replay_format.py)."""
     root = Path(directory)
-    meta = json.loads((root / "models.json").read_text(encoding="utf-8"))
-    models = [
-        ReplayModel(
-            name=str(m["name"]),
-            usd_per_mtok_in=float(m.get("usd_per_mtok_in", 0.0)),
-            usd_per_mtok_out=float(m.get("usd_per_mtok_out", 0.0)),
-            usd_per_call=float(m.get("usd_per_call", 0.0)),
-            default_tokens_out=int(m.get("default_tokens_out", DEFAULT_TOKENS_OUT)),
-        )
-        for m in meta["models"]
-    ]
-    lo, hi = meta.get("reward_range", [0.0, 1.0])
-    with (root / "rows.jsonl").open(encoding="utf-8") as handle:
-        rows = [json.loads(line) for line in handle if line.strip()]
-    for number, row in enumerate(rows):
-        if "prompt" not in row or not isinstance(row.get("rewards"), dict):
-            raise ValueError(f"{root / 'rows.jsonl'} line {number + 1}: a row needs 'prompt' and 'rewards'")
-    return ReplayDataset(models, (float(lo), float(hi)), rows, str(meta.get("description", "")))
+    meta = read_models(root / "models.json")
+    rows = []
+    for number, row in read_rows(root / "rows.jsonl"):
+        if not isinstance(row.get("rewards"), dict):
+            raise DatasetError(f"{root / 'rows.jsonl'}:{number}: a row needs 'rewards'")
+        rows.append(row)
+    return ReplayDataset(meta.models, meta.reward_range, rows, meta.description)
 
 
 def _per_model(value: Any, model: str) -> int | None:
@@ -93,24 +73,20 @@ def _per_model(value: Any, model: str) -> int | None:
     return int(value) if isinstance(value, int | float) else None
 
 
-def tokens(chars: int) -> int:
-    return math.ceil(chars / CHARS_PER_TOKEN)
-
-
-def replay_answer(dataset: ReplayDataset, model: ReplayModel, prompt: str) -> tuple[str, int, int]:
+def replay_answer(dataset: ReplayDataset, model: ModelPrice, prompt: str) -> tuple[str, int, int]:
     """(answer text, input tokens, output tokens) for ``prompt`` as ``model`` logged it."""
     row = dataset.by_prompt.get(prompt)
     if row is None:
         text = f"[{model.name}] no logged answer for this prompt (replay placeholder)"
-        return text, tokens(len(prompt)), model.default_tokens_out
+        return text, whole_tokens(len(prompt)), int(model.default_tokens_out)
     logged = (row.get("responses") or {}).get(model.name)
     text = str(logged) if logged is not None else f"[{model.name}] replayed answer to row {row.get('id')}"
     tin = _per_model(row.get("tokens_in"), model.name)
     tout = _per_model(row.get("tokens_out"), model.name)
     if tin is None:
-        tin = tokens(len(prompt))
+        tin = whole_tokens(len(prompt))
     if tout is None:  # as the offline benchmark estimates it (docs/datasets.md)
-        tout = tokens(len(text)) if logged is not None else model.default_tokens_out
+        tout = whole_tokens(len(text)) if logged is not None else int(model.default_tokens_out)
     return text, tin, tout
 
 
@@ -153,7 +129,7 @@ def _stream(model: str, text: str, usage: dict[str, int], include_usage: bool) -
 def replay_app(dataset: ReplayDataset) -> FastAPI:
     app = FastAPI(title="banditgate replay backends", description=dataset.description)
 
-    def model_or_404(name: str) -> ReplayModel:
+    def model_or_404(name: str) -> ModelPrice:
         model = dataset.model(name)
         if model is None:
             raise HTTPException(

@@ -5,7 +5,7 @@ the gateway's ``POST /v1/chat/completions`` (so the gateway routes and forwards,
 backends), reads the decision id and the answering model from the response headers, and posts that
 model's logged reward to ``POST /feedback/batch``: the value, or one of its samples drawn at random,
 together with a ``query`` reward for every model the policy asked about (``x-banditgate-query``). The
-gateway also calls those models itself (probes, app/probes.py); these query rewards mark its probes
+gateway also calls those models itself (probes, app/routing/probes.py); these query rewards mark its probes
 answered, so the evaluator does not need ``GET /feedback/pending`` and leaves nothing pending there. Every
 ``block`` rows it prints the block's mean reward next to the best single model's and the per-prompt
 oracle's (both from the logged mean rewards), how often the model with the row's best mean reward

@@ -32,6 +32,15 @@ class Settings(BaseSettings):
     read_your_writes_timeout_s: float = Field(
         2.0, ge=0, description="how long POST /feedback waits for its own process to fold the event"
     )
+    catalog_ttl_s: float = Field(
+        5.0,
+        ge=0,
+        description="longest life of a cached key, router or backend (app/catalog.py); changes also clear "
+        "every replica's cache over the bus at once; 0 = no caching",
+    )
+    db_pool_recycle_s: float = Field(
+        300.0, gt=0, description="pooled database connections older than this are replaced on checkout"
+    )
     event_stream: str = Field("banditgate:events", description="Redis stream that carries the event log")
     event_stream_maxlen: int = Field(1_000_000, gt=0, description="approximate cap on the stream's length")
     stream_block_ms: int = Field(500, gt=0, description="XREAD block time of the stream tailer")

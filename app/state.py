@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.events import FeedbackMessage, Message, RouterChanged
+from app.events import CatalogChanged, FeedbackMessage, Message, RouterChanged
 from app.store.eventlog import (
     config_hash,
     event_ids_between,
@@ -183,6 +183,8 @@ class PolicyStates:
 
     async def handle(self, message: Message) -> None:
         """The bus handler: fold feedback, drop runtimes whose router changed."""
+        if isinstance(message, CatalogChanged):
+            return
         if isinstance(message, RouterChanged):
             runtime = self._runtimes.get(message.router_id)
             if runtime is not None and runtime.version < message.version:

@@ -10,15 +10,15 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from fastapi import HTTPException, status
+from app.routing.errors import Invalid
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 DEFAULT_SPAN = timedelta(hours=24)
 _BUCKET = re.compile(r"^\s*(\d+)\s*([smhd]?)\s*$")
 
 
-def unprocessable(message: str) -> HTTPException:
-    return HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, message)
+def unprocessable(message: str) -> Invalid:
+    return Invalid(message)
 
 
 def as_utc(moment: datetime) -> datetime:

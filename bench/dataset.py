@@ -16,7 +16,6 @@ Rows that lack a usable reward for some model are dropped and counted, never sil
 from __future__ import annotations
 
 import json
-import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,30 +24,12 @@ from typing import Any
 
 import numpy as np
 
-DEFAULT_TOKENS_OUT = 256
-CHARS_PER_TOKEN = 4.0
-
-
-class DatasetError(ValueError):
-    """The dataset directory is malformed (the message names the file and the problem)."""
-
-
-@dataclass(frozen=True)
-class ModelPrice:
-    """One model's prices: USD per million input / output tokens and per call."""
-
-    name: str
-    usd_per_mtok_in: float = 0.0
-    usd_per_mtok_out: float = 0.0
-    usd_per_call: float = 0.0
-    default_tokens_out: float = DEFAULT_TOKENS_OUT
-
-    def call_cost(self, tokens_in: float, tokens_out: float) -> float:
-        return (
-            tokens_in * self.usd_per_mtok_in / 1e6
-            + tokens_out * self.usd_per_mtok_out / 1e6
-            + self.usd_per_call
-        )
+# The format's rules live in routers/replay_format.py (the gateway reads the same files); re-exported.
+from routers.replay_format import CHARS_PER_TOKEN as CHARS_PER_TOKEN
+from routers.replay_format import DEFAULT_TOKENS_OUT as DEFAULT_TOKENS_OUT
+from routers.replay_format import DatasetError as DatasetError
+from routers.replay_format import ModelPrice as ModelPrice
+from routers.replay_format import estimated_tokens, number, read_models, read_rows
 
 
 @dataclass
@@ -96,12 +77,6 @@ class Dataset:
         return float(self.samples[int(self.offsets[prompt, model]) + min(int(uniform * n), n - 1)])
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
 def _mapping(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
@@ -109,67 +84,22 @@ def _mapping(value: Any) -> dict[str, Any]:
 def _reward_samples(value: Any) -> list[float] | None:
     """A reward field as a non-empty list of finite numbers, or None when unusable."""
     if isinstance(value, list):
-        numbers = [_number(v) for v in value]
+        numbers = [number(v) for v in value]
         if not numbers or any(v is None for v in numbers):
             return None
         return [float(v) for v in numbers if v is not None]
-    number = _number(value)
-    return None if number is None else [number]
-
-
-def _read_models(path: Path) -> tuple[list[ModelPrice], tuple[float, float], str, float | None, str]:
-    try:
-        meta = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise DatasetError(f"{path}: {exc}") from exc
-    entries = meta.get("models")
-    if not isinstance(entries, list) or not entries:
-        raise DatasetError(f"{path}: 'models' must be a non-empty list")
-    models = []
-    for entry in entries:
-        if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str):
-            raise DatasetError(f"{path}: every model needs a string 'name', got {entry!r}")
-        prices = {}
-        for key in ("usd_per_mtok_in", "usd_per_mtok_out", "usd_per_call"):
-            value = _number(entry.get(key, 0.0))
-            if value is None or value < 0:
-                raise DatasetError(f"{path}: model {entry['name']!r}: {key} must be a number >= 0")
-            prices[key] = value
-        default_out = _number(entry.get("default_tokens_out", DEFAULT_TOKENS_OUT))
-        if default_out is None or default_out < 0:
-            raise DatasetError(f"{path}: model {entry['name']!r}: default_tokens_out must be >= 0")
-        models.append(ModelPrice(name=entry["name"], default_tokens_out=default_out, **prices))
-    names = [m.name for m in models]
-    if len(set(names)) != len(names):
-        raise DatasetError(f"{path}: model names must be distinct, got {names}")
-    bounds = meta.get("reward_range")
-    if (
-        not isinstance(bounds, list)
-        or len(bounds) != 2
-        or any(_number(b) is None for b in bounds)
-        or not float(bounds[0]) < float(bounds[1])
-    ):
-        raise DatasetError(f"{path}: 'reward_range' must be [lo, hi] with lo < hi, got {bounds!r}")
-    budget = meta.get("budget")
-    if budget is not None and (_number(budget) is None or float(budget) < 0):
-        raise DatasetError(f"{path}: 'budget' must be a number >= 0 when present, got {budget!r}")
-    return (
-        models,
-        (float(bounds[0]), float(bounds[1])),
-        str(meta.get("description", "")),
-        None if budget is None else float(budget),
-        str(meta.get("notes", "")),
-    )
+    single = number(value)
+    return None if single is None else [single]
 
 
 def load_dataset(directory: str | Path) -> Dataset:
     """Read ``models.json`` and ``rows.jsonl`` from ``directory``; see the module docstring."""
     root = Path(directory)
-    models, reward_range, description, budget, notes = _read_models(root / "models.json")
+    meta = read_models(root / "models.json")
+    models, reward_range = meta.models, meta.reward_range
+    description, budget, notes = meta.description, meta.budget, meta.notes
     names = [m.name for m in models]
     rows_path = root / "rows.jsonl"
-    if not rows_path.is_file():
-        raise DatasetError(f"{rows_path}: no such file")
 
     ids: list[str] = []
     prompts: list[str] = []
@@ -182,61 +112,52 @@ def load_dataset(directory: str | Path) -> Dataset:
     estimates: Counter[str] = Counter()
     seen: set[str] = set()
 
-    with rows_path.open() as handle:
-        for line_no, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DatasetError(f"{rows_path}:{line_no}: {exc}") from exc
-            if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
-                raise DatasetError(f"{rows_path}:{line_no}: a row must be an object with a string 'prompt'")
-            row_id = str(row.get("id", line_no))
-            if row_id in seen:
-                raise DatasetError(f"{rows_path}:{line_no}: duplicate id {row_id!r}")
-            seen.add(row_id)
-            rewards = _mapping(row.get("rewards"))
-            samples = [_reward_samples(rewards.get(name)) for name in names]
-            if any(s is None for s in samples):
-                missing = [n for n, s in zip(names, samples, strict=True) if s is None]
-                dropped["missing or invalid reward"] += 1
-                dropped.update(f"no reward for {n}" for n in missing)
-                continue
-            prompt = row["prompt"]
-            row_responses = _mapping(row.get("responses"))
-            given_in = _mapping(row.get("tokens_in"))
-            given_out = _mapping(row.get("tokens_out"))
-            tokens_in, tokens_out = [], []
-            for model in models:
-                t_in = _number(given_in.get(model.name))
-                if t_in is None:
-                    t_in = len(prompt) / CHARS_PER_TOKEN
-                    estimates["tokens_in from prompt characters / 4"] += 1
-                t_out = _number(given_out.get(model.name))
-                if t_out is None:
-                    response = row_responses.get(model.name)
-                    if isinstance(response, str):
-                        t_out = len(response) / CHARS_PER_TOKEN
-                        estimates["tokens_out from response characters / 4"] += 1
-                    else:
-                        t_out = model.default_tokens_out
-                        estimates["tokens_out = default_tokens_out"] += 1
-                tokens_in.append(t_in)
-                tokens_out.append(t_out)
-            context = row.get("context")
-            if context is not None and (
-                not isinstance(context, list) or not context or any(_number(v) is None for v in context)
-            ):
-                raise DatasetError(f"{rows_path}:{line_no}: 'context' must be a non-empty list of numbers")
-            ids.append(row_id)
-            prompts.append(prompt)
-            group = row.get("group")
-            groups.append(None if group is None else str(group))
-            reward_lists.append([s for s in samples if s is not None])
-            token_rows.append((tokens_in, tokens_out))
-            contexts.append(context)
-            responses.append({k: v for k, v in row_responses.items() if isinstance(v, str)})
+    for line_no, row in read_rows(rows_path):
+        row_id = str(row.get("id", line_no))
+        if row_id in seen:
+            raise DatasetError(f"{rows_path}:{line_no}: duplicate id {row_id!r}")
+        seen.add(row_id)
+        rewards = _mapping(row.get("rewards"))
+        samples = [_reward_samples(rewards.get(name)) for name in names]
+        if any(s is None for s in samples):
+            missing = [n for n, s in zip(names, samples, strict=True) if s is None]
+            dropped["missing or invalid reward"] += 1
+            dropped.update(f"no reward for {n}" for n in missing)
+            continue
+        prompt = row["prompt"]
+        row_responses = _mapping(row.get("responses"))
+        given_in = _mapping(row.get("tokens_in"))
+        given_out = _mapping(row.get("tokens_out"))
+        tokens_in, tokens_out = [], []
+        for model in models:
+            t_in = number(given_in.get(model.name))
+            if t_in is None:
+                t_in = estimated_tokens(len(prompt))
+                estimates["tokens_in from prompt characters / 4"] += 1
+            t_out = number(given_out.get(model.name))
+            if t_out is None:
+                response = row_responses.get(model.name)
+                if isinstance(response, str):
+                    t_out = estimated_tokens(len(response))
+                    estimates["tokens_out from response characters / 4"] += 1
+                else:
+                    t_out = model.default_tokens_out
+                    estimates["tokens_out = default_tokens_out"] += 1
+            tokens_in.append(t_in)
+            tokens_out.append(t_out)
+        context = row.get("context")
+        if context is not None and (
+            not isinstance(context, list) or not context or any(number(v) is None for v in context)
+        ):
+            raise DatasetError(f"{rows_path}:{line_no}: 'context' must be a non-empty list of numbers")
+        ids.append(row_id)
+        prompts.append(prompt)
+        group = row.get("group")
+        groups.append(None if group is None else str(group))
+        reward_lists.append([s for s in samples if s is not None])
+        token_rows.append((tokens_in, tokens_out))
+        contexts.append(context)
+        responses.append({k: v for k, v in row_responses.items() if isinstance(v, str)})
 
     if not ids:
         raise DatasetError(f"{rows_path}: no usable row ({sum(dropped.values())} dropped)")

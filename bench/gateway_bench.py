@@ -17,6 +17,10 @@ For every system, in alternation (round r measures each system once before round
 - server CPU per request: user + system CPU of the server's process tree during the throughput run
   (``/proc/<pid>/stat``), divided by the requests it answered.
 
+With ``--route-only`` each gateway is also measured on ``POST /route`` (no forwarding); with
+``--feedback`` on ``POST /feedback``, a reward for a fresh decision per request (made through ``/route``
+before the run, outside its timing and CPU count).
+
 Reported: medians over rounds, and ratios against the bare proxy. Prompts are ``--prompts`` fixed
 texts, embedded once in the warm-up, so kNN routing runs on cached embeddings. The table names the
 durability settings in force (they are never changed here): Postgres ``fsync`` and ``synchronous_commit``
@@ -34,12 +38,14 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -113,6 +119,31 @@ class System:
         "model": "router",
         "messages": [{"role": "user", "content": prompt}],
     }
+    decisions: list[str] | None = None  # a feedback system: the decisions left to post a reward for
+
+
+def feedback_system(name: str, url: str, pid: int, headers: dict[str, str]) -> System:
+    """``POST /feedback``, each request a reward for a decision of its own (made beforehand through
+    ``/route``, see ``make_decisions``): a retry of one would be answered as a duplicate, cheaper."""
+    pool: list[str] = []
+    return System(
+        name, url, pid, "/feedback", headers, lambda _: {"decision_id": pool.pop(), "reward": 1.0}, pool
+    )
+
+
+async def make_decisions(system: System, prompts: list[str], count: int, concurrency: int = 16) -> None:
+    """Fill a feedback system's pool with ``count`` fresh decisions."""
+    assert system.decisions is not None
+    pool = system.decisions
+    async with httpx.AsyncClient(base_url=system.url, headers=system.headers, timeout=60) as client:
+
+        async def worker(offset: int) -> None:
+            for i in range(offset, count, concurrency):
+                response = await client.post("/route", json={"prompt": prompts[i % len(prompts)]})
+                response.raise_for_status()
+                pool.append(response.json()["decision_id"])
+
+        await asyncio.gather(*(worker(k) for k in range(concurrency)))
 
 
 def tree_cpu_seconds(root: int) -> float:
@@ -151,20 +182,95 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes], path: str, within_s: flo
     raise RuntimeError(f"{url} did not answer {path} within {within_s} s")
 
 
+def children(pid: int) -> list[int]:
+    """The direct children of ``pid`` (Linux /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry.name))
+            except (OSError, IndexError, ValueError):
+                continue
+    return found
+
+
 @contextmanager
 def process(
-    cmd: list[str], env: dict[str, str], url: str, ready_path: str
+    cmd: list[str], env: dict[str, str], url: str, ready_path: str, profiled: bool = False
 ) -> Iterator[subprocess.Popen[bytes]]:
+    """Start ``cmd``, wait until it answers, stop it on exit. ``profiled``: ``cmd`` is ``py-spy record
+    -- server``; the server is stopped first, so py-spy writes its profile and exits by itself."""
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         wait_ready(url, proc, ready_path)
         yield proc
     finally:
-        proc.terminate()
+        if profiled:
+            for child in children(proc.pid):
+                os.kill(child, signal.SIGTERM)
+        else:
+            proc.terminate()
         try:
-            proc.wait(timeout=30)
+            proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+def profile_cmd(out: Path, cmd: list[str]) -> list[str]:
+    """``cmd`` under py-spy, sampling every thread of it and its workers into collapsed stacks."""
+    beside = Path(sys.executable).parent / "py-spy"  # installed in the same environment (dev extra)
+    spy = str(beside) if beside.exists() else "py-spy"
+    return [
+        spy,
+        "record",
+        "--format",
+        "raw",
+        "--rate",
+        "100",
+        "--nonblocking",
+        "--subprocesses",
+        "-o",
+        str(out),
+        "--",
+        *cmd,
+    ]
+
+
+# Stacks that serve requests: the HTTP cycle, the bus tailer (folding the events requests made), the
+# SQLite connection's thread running a statement. Start-up (imports, model loading) and the SQLite
+# thread's wait for work are left out.
+REQUEST_FRAMES = ("RequestResponseCycle.run_asgi", "_tail (app/bus.py", "Connection._execute (aiosqlite")
+
+
+def profile_tops(
+    raw: Path, top: int = 15, within: tuple[str, ...] = REQUEST_FRAMES
+) -> dict[str, list[tuple[str, float]]]:
+    """Top frames of a collapsed-stack profile, among the samples whose stack holds one of ``within``:
+    by self time (the frame on top of the stack) and by cumulative time (the frame anywhere below the
+    marker), as percentages of those samples. py-spy samples threads holding the GIL only (``--gil``),
+    so idle waits are not counted."""
+    own: Counter[str] = Counter()
+    cumulative: Counter[str] = Counter()
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not stack or not count_text.isdigit():
+            continue
+        count = int(count_text)
+        frames = [f for f in stack.split(";") if f]
+        start = next((i for i, f in enumerate(frames) if any(m in f for m in within)), None)
+        if start is None:
+            continue
+        total += count
+        own[frames[-1]] += count
+        for frame in set(frames[start + 1 :]):  # below the marker: its callers are in every sample
+            cumulative[frame] += count
+
+    def share(c: Counter[str]) -> list[tuple[str, float]]:
+        return [(frame, round(100 * n / max(total, 1), 1)) for frame, n in c.most_common(top)]
+
+    return {"self": share(own), "cumulative": share(cumulative), "samples": [("total", float(total))]}
 
 
 def uvicorn_cmd(target: str, port: int) -> list[str]:
@@ -234,7 +340,11 @@ async def _throughput(
             nonlocal done
             i = offset
             while time.perf_counter() < deadline:
-                response = await client.post(system.path, json=system.body(prompts[i % len(prompts)]))
+                try:
+                    body = system.body(prompts[i % len(prompts)])
+                except IndexError:  # a feedback system's decisions ran out: the run ends early
+                    break
+                response = await client.post(system.path, json=body)
                 response.raise_for_status()
                 done += 1
                 i += concurrency
@@ -244,6 +354,10 @@ async def _throughput(
 
 
 def measure(system: System, prompts: list[str], args: argparse.Namespace) -> dict[str, float]:
+    if system.decisions is not None:
+        system.decisions.clear()
+        count = args.sequential + int(args.seconds * args.feedback_pool_rate)
+        asyncio.run(make_decisions(system, prompts, count))
     latencies = asyncio.run(_sequential(system, prompts, args.sequential))
     cpu_before = tree_cpu_seconds(system.pid)
     count, elapsed = asyncio.run(_throughput(system, prompts, args.seconds, args.concurrency))
@@ -348,10 +462,16 @@ def start_systems(stack: ExitStack, args: argparse.Namespace, tmp: Path) -> tupl
             str(workers),
             "--no-access-log",
         ]
-        proc = stack.enter_context(process(cmd, env, url, "/readyz"))
+        profiled = args.profile is not None
+        if profiled:
+            Path(args.profile).mkdir(parents=True, exist_ok=True)
+            cmd = profile_cmd(profile_path(args.profile, name), cmd)
+        proc = stack.enter_context(process(cmd, env, url, "/readyz", profiled))
         key = admin_setup(url, upstream_url, policy)
         headers = {"Authorization": f"Bearer {key}"}
         systems.append(System(name, url, proc.pid, headers=headers))
+        if args.feedback:
+            systems.append(feedback_system(f"feedback {kind} {policy} w{workers}", url, proc.pid, headers))
         if args.route_only:
             systems.append(
                 System(
@@ -364,6 +484,10 @@ def start_systems(stack: ExitStack, args: argparse.Namespace, tmp: Path) -> tupl
                 )
             )
     return upstream, systems
+
+
+def profile_path(folder: str, system: str) -> Path:
+    return Path(folder) / (system.replace(" ", "_") + ".txt")
 
 
 def summarise(
@@ -413,7 +537,10 @@ def gateway_main(args: argparse.Namespace) -> int:
     with ExitStack() as stack, tempfile.TemporaryDirectory() as tmp:
         upstream, systems = start_systems(stack, args, Path(tmp))
         for system in [upstream, *systems]:  # warm-up: connections, embeddings, caches
-            asyncio.run(_sequential(system, prompts, max(args.prompts, 20)))
+            warm = max(args.prompts, 20)
+            if system.decisions is not None:
+                asyncio.run(make_decisions(system, prompts, warm))
+            asyncio.run(_sequential(system, prompts, warm))
         rounds = []
         for r in range(args.rounds):
             result = {upstream.name: measure(upstream, prompts, args)}
@@ -426,16 +553,27 @@ def gateway_main(args: argparse.Namespace) -> int:
                     )
             rounds.append(result)
     summary = summarise(rounds, upstream.name, "bare-proxy")
+    profiles = {}
+    if args.profile is not None:
+        for name, *_ in gateway_specs(args):
+            profiles[name] = profile_tops(profile_path(args.profile, name))
     report = {
         "command": "bench gateway",
         "args": {k: v for k, v in vars(args).items() if k != "handler"},
         "durability": settings,
         "rounds": rounds,
         "summary": summary,
+        **({"profiles": profiles} if profiles else {}),
     }
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
     print(format_table(summary, settings))
+    for name, tops in profiles.items():
+        print(
+            f"\nprofile of {name} ({tops['samples'][0][1]:.0f} samples): top self | top cumulative, % of samples"
+        )
+        for (own, own_pct), (cum, cum_pct) in zip(tops["self"], tops["cumulative"], strict=False):
+            print(f"  {own_pct:5.1f} {own[:70]:70} | {cum_pct:5.1f} {cum[:70]}")
     return 0
 
 
@@ -450,6 +588,15 @@ def add_subcommand(subparsers: Any) -> None:
     parser.add_argument("--workers", nargs="+", type=int, default=[1, 2], help="gateway worker processes")
     parser.add_argument("--policies", nargs="+", default=["always", "knn-ucb"], help="router policies")
     parser.add_argument("--route-only", action="store_true", help="also measure POST /route (no forwarding)")
+    parser.add_argument(
+        "--feedback", action="store_true", help="also measure POST /feedback (a reward per fresh decision)"
+    )
+    parser.add_argument(
+        "--feedback-pool-rate",
+        type=float,
+        default=300.0,
+        help="decisions made per second of --seconds before each feedback run (it stops when they run out)",
+    )
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (medians over them)")
     parser.add_argument("--sequential", type=int, default=300, help="sequential requests per round")
     parser.add_argument("--seconds", type=float, default=10.0, help="throughput run length per round")
@@ -464,5 +611,12 @@ def add_subcommand(subparsers: Any) -> None:
     )
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--json", default=None, help="write the JSON report here")
+    parser.add_argument(
+        "--profile",
+        default=None,
+        metavar="DIR",
+        help="run each gateway under py-spy (dev extra); collapsed stacks and their top frames go to DIR "
+        "(the profiler's own CPU counts in that run's figures: use it for profiles, not for the table)",
+    )
     parser.add_argument("--quiet", action="store_true")
     parser.set_defaults(handler=gateway_main)

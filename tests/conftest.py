@@ -22,6 +22,7 @@ from tests.fake_backend import FakeBackends
 PG_SERVER = os.environ.get("BANDITGATE_TEST_PG", "postgresql://postgres@127.0.0.1:5432")
 REDIS_URL = os.environ.get("BANDITGATE_TEST_REDIS", "redis://127.0.0.1:6379/0")
 ADMIN_KEY = "test-admin-key"
+TEST_STREAM = f"banditgate:test-events:{os.getpid()}-{uuid.uuid4().hex[:6]}"
 SECRET_KEY = "test-secret-key-for-backend-keys"
 # A small committed cut of the RouteLLM data (see its README): the suite reads nothing outside the clone.
 TEST_DATA = Path(__file__).resolve().parent / "data"
@@ -71,6 +72,9 @@ class Stack:
             "secret_key": SECRET_KEY,
             "embedder": "hashing",
             "stream_block_ms": 100,
+            # Not the default stream: test sessions of other checkouts share this Redis, and their router
+            # ids collide with ours (each session has its own database), so their events must not reach us.
+            "event_stream": TEST_STREAM,
         }
         values.update(overrides)
         return Settings(**values)  # type: ignore[arg-type]

@@ -58,6 +58,7 @@ async def create_backend(body: BackendCreate, session: Session, ctx: Ctx) -> Bac
         await session.commit()
     except IntegrityError as exc:
         raise HTTPException(status.HTTP_409_CONFLICT, f"backend {body.name!r} already exists") from exc
+    await ctx.catalog.announce(ctx.bus, f"backend {body.name} created")
     return backend_out(backend)
 
 
@@ -82,11 +83,12 @@ async def update_backend(name: str, body: BackendUpdate, session: Session, ctx: 
             raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"{field} cannot be null")
         setattr(backend, field, value)
     await session.commit()
+    await ctx.catalog.announce(ctx.bus, f"backend {name} changed")
     return backend_out(backend)
 
 
 @router.delete("/{name:path}", status_code=status.HTTP_204_NO_CONTENT)
-async def delete_backend(name: str, session: Session) -> None:
+async def delete_backend(name: str, session: Session, ctx: Ctx) -> None:
     """409 while a router still lists the backend as an arm."""
     backend = await get_backend(session, name)
     users = [r.name for r in await session.scalars(select(Router)) if name in (r.arms or [])]
@@ -96,3 +98,4 @@ async def delete_backend(name: str, session: Session) -> None:
         )
     await session.delete(backend)
     await session.commit()
+    await ctx.catalog.announce(ctx.bus, f"backend {name} deleted")

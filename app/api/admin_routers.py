@@ -89,13 +89,14 @@ async def clear_other_defaults(session: Session, tenant: Tenant, keep: Router) -
 async def announce(ctx: Ctx, row: Router) -> None:
     """Tell every replica (this one included) that the router changed, so they reload it."""
     ctx.states.drop(row.id)
+    ctx.catalog.clear()
     # If the bus is down, replicas still notice the new version on their next request for this router.
     with contextlib.suppress(Exception):
         await ctx.bus.publish(RouterChanged(router_id=row.id, version=row.version))
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=RouterOut)
-async def create_router(tenant: str, body: RouterCreate, session: Session) -> RouterOut:
+async def create_router(tenant: str, body: RouterCreate, ctx: Ctx, session: Session) -> RouterOut:
     owner = await get_tenant(session, tenant)
     await validate(session, body.policy, body.arms, body.seed, body.hyperparameters)
     row = Router(
@@ -121,6 +122,8 @@ async def create_router(tenant: str, body: RouterCreate, session: Session) -> Ro
     if body.is_default:
         await clear_other_defaults(session, owner, row)
     await session.commit()
+    if body.is_default:  # another router was the default: cached copies of it are stale
+        await ctx.catalog.announce(ctx.bus, f"router {row.id} is the default")
     return router_out(row, owner)
 
 

@@ -7,7 +7,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from app.auth import display_prefix, hash_key, new_api_key
-from app.deps import AdminOnly, Session
+from app.deps import AdminOnly, Ctx, Session
 from app.schemas import KeyCreate, KeyCreated, KeyOut, TenantCreate, TenantOut
 from app.store.models import ApiKey, Tenant, utcnow
 
@@ -53,10 +53,11 @@ async def read_tenant(tenant: str, session: Session) -> TenantOut:
 
 
 @router.delete("/{tenant}", status_code=status.HTTP_204_NO_CONTENT)
-async def delete_tenant(tenant: str, session: Session) -> None:
+async def delete_tenant(tenant: str, ctx: Ctx, session: Session) -> None:
     """Deletes the tenant with its keys, routers, decisions and feedback."""
     await session.delete(await get_tenant(session, tenant))
     await session.commit()
+    await ctx.catalog.announce(ctx.bus, f"tenant {tenant} deleted")
 
 
 @router.post("/{tenant}/keys", status_code=status.HTTP_201_CREATED, response_model=KeyCreated)
@@ -78,7 +79,9 @@ async def list_keys(tenant: str, session: Session) -> list[KeyOut]:
 
 
 @router.delete("/{tenant}/keys/{key_id}", response_model=KeyOut)
-async def revoke_key(tenant: str, key_id: int, session: Session) -> KeyOut:
+async def revoke_key(tenant: str, key_id: int, ctx: Ctx, session: Session) -> KeyOut:
+    """Revoke a key: every replica refuses it once the bus delivers the change (``catalog_ttl_s`` at
+    worst, when the bus is down)."""
     owner = await get_tenant(session, tenant)
     key = await session.scalar(select(ApiKey).where(ApiKey.id == key_id, ApiKey.tenant_id == owner.id))
     if key is None:
@@ -86,4 +89,5 @@ async def revoke_key(tenant: str, key_id: int, session: Session) -> KeyOut:
     if key.revoked_at is None:
         key.revoked_at = utcnow()
         await session.commit()
+        await ctx.catalog.announce(ctx.bus, f"key {key_id} revoked")
     return key_out(key)

@@ -19,12 +19,21 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.forwarding import DECLINED_HEADER
 from app.jsonable import jsonable
+from app.routing.errors import BackendsFailed, Declined, GatewayError, Invalid, NotFound, TooLarge
 
 log = logging.getLogger("banditgate")
 
 OPENAI_PREFIX = "/v1"
+DECLINED_HEADER = "x-banditgate-declined"  # on the 503 of a decision that chose no model
+DECISION_HEADER = "x-banditgate-decision-id"
+
+STATUS_OF: dict[type[GatewayError], int] = {
+    NotFound: status.HTTP_404_NOT_FOUND,
+    Invalid: status.HTTP_422_UNPROCESSABLE_CONTENT,
+    TooLarge: status.HTTP_413_CONTENT_TOO_LARGE,
+    Declined: status.HTTP_503_SERVICE_UNAVAILABLE,
+}
 
 
 class InvalidParam(HTTPException):
@@ -99,8 +108,30 @@ def openai_error(
     return JSONResponse({"error": error}, status_code=status_code, headers=given or None)
 
 
+def as_http(exc: GatewayError) -> HTTPException:
+    """A domain error as the HTTP error the client gets: its status, the decision id header, and for
+    a declined decision the declined header."""
+    if isinstance(exc, BackendsFailed):
+        code = status.HTTP_504_GATEWAY_TIMEOUT if exc.timed_out else status.HTTP_502_BAD_GATEWAY
+    else:
+        code = next(
+            (c for kind, c in STATUS_OF.items() if isinstance(exc, kind)),
+            status.HTTP_500_INTERNAL_SERVER_ERROR,
+        )
+    headers = {DECISION_HEADER: exc.decision_id} if exc.decision_id is not None else {}
+    if isinstance(exc, Declined):
+        headers[DECLINED_HEADER] = "true"
+    http = HTTPException(code, exc.message, headers=headers or None)
+    http.param = exc.param  # type: ignore[attr-defined]
+    return http
+
+
 def install(app: FastAPI) -> None:
     """Register the app's error handlers."""
+
+    @app.exception_handler(GatewayError)
+    async def gateway_error(request: Request, exc: GatewayError) -> JSONResponse:
+        return await http_error(request, as_http(exc))
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -1,12 +1,13 @@
 """POST /feedback and /feedback/batch: rewards, costs and output embeddings for decisions;
-GET /feedback/pending: the active-learning probes waiting for a reward (app/probes.py)."""
+GET /feedback/pending: the active-learning probes waiting for a reward (app/routing/probes.py)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException, Query, status
 
-from app import gateway, probes
 from app.deps import Ctx, CurrentTenant, Session
+from app.routing import feedback as events
+from app.routing import probes
 from app.schemas import (
     FeedbackAccepted,
     FeedbackBatch,
@@ -25,7 +26,9 @@ async def feedback(
 ) -> FeedbackAccepted:
     """Record one event. Idempotent on (decision_id, model, kind): a retry returns the first event id
     with ``duplicate: true`` and is learned once. 202 means committed to the log."""
-    return (await gateway.record_feedback(ctx, session, tenant, [body]))[0]
+    accepted = await events.record_feedback(ctx, session, tenant, [events.Outcome(**body.model_dump())])
+    await probes.mark_answered(session, accepted)
+    return accepted[0]
 
 
 @router.post("/batch", status_code=status.HTTP_202_ACCEPTED, response_model=FeedbackBatchAccepted)
@@ -38,7 +41,11 @@ async def feedback_batch(
             status.HTTP_413_CONTENT_TOO_LARGE,
             f"{len(body.events)} events in one batch; the limit is {ctx.settings.max_feedback_batch}",
         )
-    return FeedbackBatchAccepted(events=await gateway.record_feedback(ctx, session, tenant, body.events))
+    accepted = await events.record_feedback(
+        ctx, session, tenant, [events.Outcome(**e.model_dump()) for e in body.events]
+    )
+    await probes.mark_answered(session, accepted)
+    return FeedbackBatchAccepted(events=accepted)
 
 
 @router.get("/pending", response_model=PendingProbes)

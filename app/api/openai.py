@@ -4,10 +4,10 @@
 Existing OpenAI clients work unchanged with ``base_url=<gateway>/v1`` and a tenant key. ``model`` is
 ``router`` (the tenant's default router), ``router/<name>``, or the name of a backend that is an arm of
 one of the tenant's routers: that backend is called directly (a ``direct`` decision of no router: logged,
-costed, no routing, no fallback; see ``gateway.decide_direct``). The gateway forwards the request body
-untouched but for ``model`` (see app/forwarding.py) and answers with the backend's response, whose
+costed, no routing, no fallback; see ``decide.decide_direct``). The gateway forwards the request body
+untouched but for ``model`` (see app/routing/forward.py) and answers with the backend's response, whose
 ``model`` is the backend that answered. The decision id for ``POST /feedback`` is in the header
-``x-banditgate-decision-id`` and in the body's ``banditgate`` field (``forwarding.body_field``). Errors
+``x-banditgate-decision-id`` and in the body's ``banditgate`` field (``answers.body_field``). Errors
 are in OpenAI's shape (app/api/errors.py).
 """
 
@@ -23,11 +23,11 @@ from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app import forwarding, gateway, probes
 from app.api.errors import InvalidParam, ModelNotFound
 from app.context import AppContext
 from app.deps import Ctx, CurrentTenant, Session
 from app.jsonable import jsonable
+from app.routing import answers, decide, forward, probes, stream
 from app.schemas import OpenAIModel, OpenAIModelList, RouteRequest, RouteResponse
 from app.store.models import Backend, Router, Tenant
 
@@ -64,7 +64,7 @@ def route_request(body: dict[str, Any], router: str | None, **text: Any) -> Rout
 
 async def decision_for(
     ctx: AppContext, session: AsyncSession, tenant: Tenant, body: dict[str, Any], **text: Any
-) -> tuple[RouteRequest, forwarding.Decided | None]:
+) -> tuple[RouteRequest, answers.Decided | None]:
     """The request to route and, for a backend named as ``model``, its direct decision (already
     logged); None when a router is to decide."""
     model = body.get("model")
@@ -72,15 +72,15 @@ async def decision_for(
         raise InvalidParam("model", "'model' must be 'router', 'router/<name>' or one of GET /v1/models")
     if is_router_model(model):
         return route_request(body, router_name(model), **text), None
-    if model not in await gateway.tenant_backends(session, tenant):
+    if model not in await decide.tenant_backends(session, tenant):
         raise ModelNotFound(model)
     request = route_request(body, None, **text)
-    return request, (await gateway.decide_direct(ctx, session, tenant, model, request), None)
+    return request, (await decide.decide_direct(ctx, session, tenant, model, request), None)
 
 
 def _headers(route: RouteResponse, backend: str, cost: float | None = None) -> dict[str, str]:
     """``x-banditgate-query`` lists the models whose rewards the policy asks for too (active learning);
-    the gateway calls them in the background (app/probes.py, listed by ``GET /feedback/pending``): an
+    the gateway calls them in the background (app/routing/probes.py, listed by ``GET /feedback/pending``): an
     evaluator that can judge them posts ``kind: query`` feedback."""
     headers = {"x-banditgate-decision-id": route.decision_id, "x-banditgate-model": backend}
     if cost is not None:
@@ -97,26 +97,26 @@ async def chat_completions(body: OpenAIBody, ctx: Ctx, session: Session, tenant:
         raise InvalidParam("messages", "'messages' must be a non-empty list")
     request, decided = await decision_for(ctx, session, tenant, body, messages=body["messages"])
     if body.get("stream"):
-        stream = await forwarding.forward_stream(ctx, session, tenant, request, body, decided)
-        if isinstance(stream, forwarding.Forwarded):  # an ensemble or a judged cascade: answered whole
-            probes.schedule(ctx, tenant, request, stream.route, body, probes.answered_by(stream))
-            payload, headers = merged(stream, "choices")
-            if forwarding.asks_usage(body) and payload.get("usage") is None:
-                answered = forwarding.answer_chars(payload)
-                payload["usage"] = forwarding.estimated_usage(len(request.text()), answered)
-                payload[forwarding.BODY_FIELD]["usage_estimated"] = True
+        streamed = await stream.forward_stream(ctx, session, tenant, request, body, decided)
+        if isinstance(streamed, answers.Forwarded):  # an ensemble or a judged cascade: answered whole
+            probes.schedule(ctx, tenant, request, streamed.route, body, probes.answered_by(streamed))
+            payload, headers = merged(streamed, "choices")
+            if answers.asks_usage(body) and payload.get("usage") is None:
+                answered = answers.answer_chars(payload)
+                payload["usage"] = answers.estimated_usage(len(request.text()), answered)
+                payload[answers.BODY_FIELD]["usage_estimated"] = True
             return StreamingResponse(
-                completion_events(payload, forwarding.asks_usage(body)),
+                completion_events(payload, answers.asks_usage(body)),
                 media_type="text/event-stream",
                 headers=headers,
             )
-        probes.schedule(ctx, tenant, request, stream.route, body, [stream.target.name])
+        probes.schedule(ctx, tenant, request, streamed.route, body, [streamed.target.name])
         return StreamingResponse(
-            stream.events,
+            streamed.events,
             media_type="text/event-stream",
-            headers=_headers(stream.route, stream.target.name),
+            headers=_headers(streamed.route, streamed.target.name),
         )
-    done = await forwarding.forward_json(ctx, session, tenant, request, body, decided)
+    done = await forward.forward_json(ctx, session, tenant, request, body, decided)
     probes.schedule(ctx, tenant, request, done.route, body, probes.answered_by(done))
     return answer(done, "choices")
 
@@ -137,27 +137,27 @@ async def completion_events(completion: dict[str, Any], include_usage: bool) -> 
         if "model" in choice:  # an ensemble member's answer says whose it is
             item["model"] = choice["model"]
         chunk = {**base, "choices": [item]}
-        if number == 0 and forwarding.BODY_FIELD in completion:
-            chunk[forwarding.BODY_FIELD] = completion[forwarding.BODY_FIELD]
+        if number == 0 and answers.BODY_FIELD in completion:
+            chunk[answers.BODY_FIELD] = completion[answers.BODY_FIELD]
         yield f"data: {json.dumps(chunk)}\n\n".encode()
     if include_usage and completion.get("usage") is not None:
         yield f"data: {json.dumps({**base, 'choices': [], 'usage': completion['usage']})}\n\n".encode()
     yield b"data: [DONE]\n\n"
 
 
-def answer(done: forwarding.Forwarded, items: str) -> JSONResponse:
+def answer(done: answers.Forwarded, items: str) -> JSONResponse:
     """The backend's answer with ``model`` set to it (see ``merged``)."""
     payload, headers = merged(done, items)
     return JSONResponse(payload, headers=headers)
 
 
-def merged(done: forwarding.Forwarded, items: str) -> tuple[dict[str, Any], dict[str, str]]:
+def merged(done: answers.Forwarded, items: str) -> tuple[dict[str, Any], dict[str, str]]:
     """(payload, headers) of an answer. An ensemble (a ``set`` decision) answers with every member's
     ``items`` (chat ``choices`` or image ``data``) in one list, each tagged with its ``model``; ``model``
     and ``x-banditgate-model`` list the members that answered, the cost is their sum."""
     if done.members is None:
-        field = forwarding.body_field(done.route, done.target.name)
-        payload = {**done.payload, "model": done.target.name, forwarding.BODY_FIELD: field}
+        field = answers.body_field(done.route, done.target.name)
+        payload = {**done.payload, "model": done.target.name, answers.BODY_FIELD: field}
         return payload, _headers(done.route, done.target.name, done.cost)
     items_out: list[Any] = []
     names: list[str] = []
@@ -173,7 +173,7 @@ def merged(done: forwarding.Forwarded, items: str) -> tuple[dict[str, Any], dict
     model = ",".join(names)
     cost = sum(m.cost or 0.0 for m in done.members)
     payload = {**done.payload, items: items_out, "model": model}
-    payload[forwarding.BODY_FIELD] = forwarding.body_field(done.route, model)
+    payload[answers.BODY_FIELD] = answers.body_field(done.route, model)
     return payload, _headers(done.route, model, cost)
 
 
@@ -183,7 +183,7 @@ async def image_generations(body: OpenAIBody, ctx: Ctx, session: Session, tenant
     if not isinstance(body.get("prompt"), str):
         raise InvalidParam("prompt", "'prompt' must be a string")
     request, decided = await decision_for(ctx, session, tenant, body, prompt=body["prompt"])
-    done = await forwarding.forward_json(ctx, session, tenant, request, body, decided)
+    done = await forward.forward_json(ctx, session, tenant, request, body, decided)
     probes.schedule(ctx, tenant, request, done.route, body, probes.answered_by(done))
     return answer(done, "data")
 
@@ -198,7 +198,7 @@ async def _model_list(session: AsyncSession, tenant: Tenant) -> list[OpenAIModel
         if row.is_default:
             models.insert(0, OpenAIModel(id=ROUTER_MODEL, created=created, owned_by=tenant.name))
         models.append(OpenAIModel(id=f"{ROUTER_MODEL}/{row.name}", created=created, owned_by=tenant.name))
-    names = await gateway.tenant_backends(session, tenant)
+    names = await decide.tenant_backends(session, tenant)
     backends = (await session.scalars(select(Backend).where(Backend.name.in_(names)))).all()
     for backend in sorted(backends, key=lambda b: b.name):
         created = int(backend.created_at.timestamp())

@@ -6,8 +6,8 @@ from dataclasses import asdict
 
 from fastapi import APIRouter, HTTPException, status
 
-from app import cascade, forwarding, gateway, probes
 from app.deps import Ctx, CurrentTenant, Session
+from app.routing import cascade, decide, forward, probes
 from app.schemas import (
     AttemptOut,
     CascadeNextRequest,
@@ -31,14 +31,14 @@ async def route(
     the chosen backend with ``request`` (falling back to the policy's next choice when it fails) and
     returns its answer, the call's cost and every attempt."""
     if not body.forward:
-        return await gateway.route(ctx, session, tenant, body)
+        return await decide.route(ctx, session, tenant, body)
     assert body.request is not None
     if body.request.get("stream"):
         raise HTTPException(
             status.HTTP_422_UNPROCESSABLE_CONTENT,
             "streaming is served by POST /v1/chat/completions; /route forwards without 'stream'",
         )
-    done = await forwarding.forward_json(ctx, session, tenant, body, body.request)
+    done = await forward.forward_json(ctx, session, tenant, body, body.request)
     probes.schedule(ctx, tenant, body, done.route, body.request, probes.answered_by(done))
     return ForwardedRouteResponse(
         **done.route.model_dump(),

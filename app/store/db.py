@@ -1,19 +1,30 @@
-"""Engine and session factory. SQLite gets WAL mode, a busy timeout and foreign keys on."""
+"""Engine and session factory. SQLite gets WAL mode, a busy timeout and foreign keys on.
+
+Pooled connections are not pinged on checkout (a round trip per request); they are replaced after
+``db_pool_recycle_s``, and a statement that finds its connection dropped (the server restarted, a
+connection killed) is retried once on a fresh one when it was the first of its transaction, so nothing
+of the transaction was lost with the connection (``RetryingSession``). SQLAlchemy invalidates the
+pool's older connections on such an error, so one retry is enough.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from sqlalchemy import event
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
+DEFAULT_RECYCLE_S = 300.0
 
-def make_engine(url: str) -> AsyncEngine:
-    kwargs: dict[str, Any] = {"pool_pre_ping": True}
+
+def make_engine(url: str, pool_recycle_s: float = DEFAULT_RECYCLE_S) -> AsyncEngine:
+    kwargs: dict[str, Any]
     if url.startswith("sqlite"):
         kwargs = {"connect_args": {"timeout": 30}}
     else:
-        kwargs.update(pool_size=10, max_overflow=20)
+        kwargs = {"pool_size": 10, "max_overflow": 20, "pool_recycle": pool_recycle_s}
     engine = create_async_engine(url, **kwargs)
     if url.startswith("sqlite"):
 
@@ -28,5 +39,34 @@ def make_engine(url: str) -> AsyncEngine:
     return engine
 
 
+def dropped_connection(exc: BaseException) -> bool:
+    return isinstance(exc, DBAPIError) and bool(exc.connection_invalidated)
+
+
+class RetryingSession(AsyncSession):
+    """An ``AsyncSession`` whose first statement of a transaction is retried once on a fresh connection
+    when the pooled one turns out to be dropped. Later statements are not retried: the transaction they
+    belonged to is gone, and the error reaches the caller."""
+
+    async def _first_retried(self, call: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> Any:
+        fresh = not self.in_transaction()
+        try:
+            return await call(*args, **kwargs)
+        except DBAPIError as exc:
+            if not (fresh and dropped_connection(exc)):
+                raise
+            await self.rollback()
+            return await call(*args, **kwargs)
+
+    async def execute(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._first_retried(super().execute, *args, **kwargs)
+
+    async def scalar(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._first_retried(super().scalar, *args, **kwargs)
+
+    async def get(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._first_retried(super().get, *args, **kwargs)
+
+
 def make_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
-    return async_sessionmaker(engine, expire_on_commit=False)
+    return async_sessionmaker(engine, class_=RetryingSession, expire_on_commit=False)

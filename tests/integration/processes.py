@@ -83,6 +83,30 @@ def gateway_process(
 
 
 @dataclass
+class Provisioned:
+    tenant: str
+    arm: str
+    key: str
+    key_id: int
+
+
+def provision(url: str, policy: str) -> Provisioned:
+    """Through a gateway's admin API: a tenant with a key, one backend (unreachable: for /route only)
+    and a default router ``main`` of ``policy`` over it (``always`` calls that backend)."""
+    tenant, arm = unique("t"), unique("m")
+    h = admin_headers()
+    httpx.post(f"{url}/admin/tenants", json={"name": tenant}, headers=h).raise_for_status()
+    httpx.post(
+        f"{url}/admin/backends", json={"name": arm, "base_url": "http://127.0.0.1:9/v1"}, headers=h
+    ).raise_for_status()
+    issued = httpx.post(f"{url}/admin/tenants/{tenant}/keys", json={}, headers=h).json()
+    router = {"name": "main", "policy": policy, "arms": [arm], "is_default": True}
+    router["hyperparameters"] = {"model": arm} if policy == "always" else {}
+    httpx.post(f"{url}/admin/tenants/{tenant}/routers", json=router, headers=h).raise_for_status()
+    return Provisioned(tenant, arm, issued["key"], issued["id"])
+
+
+@dataclass
 class RedisServer:
     """A private, non-persistent redis-server on a free port (never the machine's shared one)."""
 

@@ -1,4 +1,4 @@
-"""Active-learning probes (app/probes.py) against real local backends: a BALROG router whose trigger
+"""Active-learning probes (app/routing/probes.py) against real local backends: a BALROG router whose trigger
 always fires asks for the other models' rewards; the gateway calls them in the background, lists their
 answers at ``GET /feedback/pending`` and learns the ``kind: query`` rewards posted for them."""
 

@@ -141,7 +141,7 @@ async def test_the_evaluator_answers_active_learning_queries(
 ) -> None:
     """A policy that asks for the other arm's reward on every 4th decision: the gateway names it in
     ``x-banditgate-query`` and the evaluator posts its logged reward as ``query`` feedback. The gateway
-    also probes that arm (app/probes.py): its cost is recorded and the evaluator's query reward marks the
+    also probes that arm (app/routing/probes.py): its cost is recorded and the evaluator's query reward marks the
     probe answered, so none is left pending."""
     monkeypatch.setitem(POLICIES, QUERYING, QueryingLinUCB)
     async with served(replay_app(load_dataset(dataset_dir))) as replay_url:

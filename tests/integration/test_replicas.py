@@ -6,8 +6,8 @@ import time
 
 import httpx
 
-from tests.conftest import Stack, admin_headers, bearer, unique
-from tests.integration.processes import gateway_process
+from tests.conftest import Stack, bearer, unique
+from tests.integration.processes import gateway_process, provision
 
 
 def test_feedback_to_one_process_changes_the_others_scores(pg_stack: Stack) -> None:
@@ -16,16 +16,8 @@ def test_feedback_to_one_process_changes_the_others_scores(pg_stack: Stack) -> N
         gateway_process(pg_stack.database_url, stream) as a,
         gateway_process(pg_stack.database_url, stream) as b,
     ):
-        tenant, arm = unique("rep"), unique("m")
-        h = admin_headers()
-        httpx.post(f"{a}/admin/tenants", json={"name": tenant}, headers=h).raise_for_status()
-        httpx.post(
-            f"{a}/admin/backends", json={"name": arm, "base_url": "http://127.0.0.1:9/v1"}, headers=h
-        ).raise_for_status()
-        key = httpx.post(f"{a}/admin/tenants/{tenant}/keys", json={}, headers=h).json()["key"]
-        router = {"name": "main", "policy": "linucb", "arms": [arm], "is_default": True}
-        httpx.post(f"{a}/admin/tenants/{tenant}/routers", json=router, headers=h).raise_for_status()
-
+        p = provision(a, "linucb")
+        arm, key = p.arm, p.key
         prompt = {"prompt": "the same question, asked of both replicas"}
         before = httpx.post(f"{b}/route", json=prompt, headers=bearer(key)).json()["scores"][arm]
         decision = httpx.post(f"{a}/route", json=prompt, headers=bearer(key)).json()

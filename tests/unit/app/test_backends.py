@@ -11,7 +11,7 @@ from pydantic import SecretStr
 
 from app.backend_keys import SecretKeyMissing, decrypt_key, encrypt_key, fernet_for
 from app.backends import AttemptRecord, BackendClient, BackendFailure, Target
-from app.forwarding import usage_tokens
+from app.routing.costs import usage_tokens
 from app.settings import Settings
 from tests.fake_backend import FakeBackends
 
@@ -33,7 +33,7 @@ async def test_retries_back_off_with_jitter_and_stop_on_client_errors(fake: Fake
         # 3 tries; the waits are 0.1 * U(0.5, 1.5) and 0.2 * U(0.5, 1.5): at least 0.15 s, at most 0.45 s.
         assert fake.counts["status-503"] == 3 and [a.http_status for a in attempts] == [503, 503, 503]
         assert 0.15 <= elapsed < 0.45 + 1.0
-        assert failed.value.status_code == 502 and "answered 503" in str(failed.value)
+        assert failed.value.outcome == "http_error" and "answered 503" in str(failed.value)
 
         attempts = []
         with pytest.raises(BackendFailure) as refused:
@@ -45,7 +45,7 @@ async def test_retries_back_off_with_jitter_and_stop_on_client_errors(fake: Fake
         attempts = []
         with pytest.raises(BackendFailure) as slow:
             await client.call_json(target(fake, "hang", 0.2), "/chat/completions", {"messages": []}, attempts)
-        assert slow.value.status_code == 504 and [a.outcome for a in attempts] == ["timeout"] * 3
+        assert slow.value.outcome == "timeout" and [a.outcome for a in attempts] == ["timeout"] * 3
 
         attempts = []
         answer = await client.call_json(

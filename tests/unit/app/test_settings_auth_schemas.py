@@ -9,12 +9,13 @@ import pytest
 from pydantic import ValidationError
 
 from app.auth import bearer_token, display_prefix, hash_key, is_admin_key, new_api_key
-from app.events import FeedbackMessage, RouterChanged, decode_message, encode_message
-from app.gateway import call_cost, decision_rng
+from app.events import CatalogChanged, FeedbackMessage, RouterChanged, decode_message, encode_message
 from app.jsonable import jsonable
+from app.routing.decide import decision_rng
 from app.schemas import FeedbackRequest, RouterCreate, RouteRequest
 from app.settings import Settings
 from app.store.models import Backend
+from routers.replay_format import call_cost
 
 
 def test_settings_read_env_and_normalise_urls(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -107,6 +108,8 @@ def test_messages_round_trip() -> None:
     )
     assert np.array_equal(back.embedding, msg.embedding)
     assert decode_message(encode_message(RouterChanged(3, 9))) == RouterChanged(3, 9)
+    revoked = CatalogChanged("key 4 revoked")
+    assert decode_message(encode_message(revoked)) == revoked
 
 
 def test_jsonable() -> None:

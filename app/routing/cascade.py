@@ -10,22 +10,22 @@ A client that called a decision's model and judged the answer not good enough re
   (``reselect``), as the forwarding fallback does.
 
 The answer is the next model, or ``stop`` when nothing is left or the policy declines. The models offered
-so far are kept in the decision's ``info.offered`` so a step that names no model means the last one.
-"""
+so far are kept in the decision's ``info.offered`` so a step that names no model means the last one."""
 
 from __future__ import annotations
 
 import logging
 
 import numpy as np
-from fastapi import HTTPException, status
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app import gateway
 from app.context import AppContext
 from app.jsonable import jsonable
-from app.schemas import CascadeNextRequest, CascadeNextResponse, FeedbackRequest
+from app.routing.decide import decision_rng, expected_costs
+from app.routing.errors import Invalid, NotFound
+from app.routing.feedback import Outcome, record_feedback
+from app.schemas import CascadeNextRequest, CascadeNextResponse
 from app.store.models import DecisionRow, Router, Tenant
 from routers.base import Context, Decision
 
@@ -44,9 +44,9 @@ async def reselect(
     context = Context(
         embedding=np.frombuffer(row.embedding, dtype=np.float32).copy(),
         arms=candidates,
-        costs=await gateway.expected_costs(session, list(router.arms), row.prompt_chars),
+        costs=await expected_costs(ctx, list(router.arms), row.prompt_chars),
         tried=list(tried),
-        rng=gateway.decision_rng(router.seed, row.id, (row.info or {}).get("seed")),
+        rng=decision_rng(router.seed, row.id, (row.info or {}).get("seed")),
         decision_key=row.id,
     )
     runtime = await ctx.states.get(router)
@@ -64,16 +64,14 @@ async def next_step(
         select(DecisionRow).where(DecisionRow.id == decision_id, DecisionRow.tenant_id == tenant.id)
     )
     if row is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"decision {decision_id!r} not found")
+        raise NotFound(f"decision {decision_id!r} not found")
     info = dict(row.info or {})
     offered = [str(m) for m in info.get("offered") or row.models[:1]]
     failed = body.model or (offered[-1] if offered else None)
     if failed is None:
-        raise HTTPException(
-            status.HTTP_422_UNPROCESSABLE_CONTENT, "the decision called no model; name the step's model"
-        )
+        raise Invalid("the decision called no model; name the step's model")
     if body.reward is not None or body.cost is not None:
-        step = FeedbackRequest(
+        step = Outcome(
             decision_id=decision_id,
             model=failed,
             kind="cascade-step",
@@ -81,7 +79,7 @@ async def next_step(
             cost=body.cost,
             metadata=body.metadata,
         )
-        await gateway.record_feedback(ctx, session, tenant, [step])
+        await record_feedback(ctx, session, tenant, [step])
     tried = [*offered, failed] if failed not in offered else offered
     scores: dict[str, dict[str, float | None]] = {}
     untried = [m for m in row.models if m not in tried]

@@ -4,10 +4,9 @@ After a forwarded decision whose ``query`` is non-empty, ``schedule`` starts one
 queried model (never awaited by the client's request; at most ``probe_concurrency`` calls run at once per
 process). Each task sends the client's request to that model's backend; an answer is stored as a
 ``pending`` row of ``probes`` (its text and cost) and its cost is recorded as a ``cost`` feedback event
-through ``record_feedback``; a failed call is stored as ``failed`` with the error. Evaluators list the
-pending probes with ``GET /feedback/pending`` and post ``kind: query`` feedback, which marks the probe
-``answered`` (app/gateway.py) and folds as a query observation.
-"""
+through ``record_feedback`` (app/routing/feedback.py); a failed call is stored as ``failed`` with the error. Evaluators list the
+pending probes with ``GET /feedback/pending`` and post ``kind: query`` feedback, which folds as a query
+observation; ``POST /feedback`` then marks the probe ``answered`` (``mark_answered``)."""
 
 from __future__ import annotations
 
@@ -17,11 +16,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Exists, exists, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
 
-from app import forwarding, gateway
 from app.backends import AttemptRecord, BackendFailure
 from app.context import AppContext
-from app.schemas import FeedbackRequest, RouteRequest, RouteResponse
+from app.routing.answers import Forwarded, contents, path_for
+from app.routing.costs import answer_cost
+from app.routing.fallback import load_target
+from app.routing.feedback import Outcome, record_feedback
+from app.schemas import FeedbackAccepted, RouteRequest, RouteResponse
 from app.store.models import DecisionRow, FeedbackEvent, Probe, Tenant
 
 log = logging.getLogger(__name__)
@@ -77,7 +80,7 @@ def schedule(
         runner(ctx).start(_probe(ctx, ProbeJob(tenant.id, request, route, probe_body, model)))
 
 
-def answered_by(done: forwarding.Forwarded) -> list[str]:
+def answered_by(done: Forwarded) -> list[str]:
     """The models whose answers the client got (an ensemble's members, else the one that answered)."""
     if done.members is None:
         return [done.target.name]
@@ -86,7 +89,7 @@ def answered_by(done: forwarding.Forwarded) -> list[str]:
 
 def _answer_text(payload: dict[str, Any]) -> str:
     """A chat answer's text, or an image answer's URLs."""
-    texts = forwarding.contents(payload)
+    texts = contents(payload)
     for item in payload.get("data") or []:
         if isinstance(item, dict) and isinstance(item.get("url"), str):
             texts.append(item["url"])
@@ -116,7 +119,7 @@ async def _probe(ctx: AppContext, job: ProbeJob) -> None:
 
 async def _call_and_store(ctx: AppContext, job: ProbeJob) -> None:
     tenant_id, request, route, body, model = job.tenant_id, job.request, job.route, job.body, job.model
-    path = forwarding.path_for(body)
+    path = path_for(body)
     attempts: list[AttemptRecord] = []
     async with ctx.sessionmaker() as session:
         decision = await session.get(DecisionRow, route.decision_id)
@@ -125,7 +128,7 @@ async def _call_and_store(ctx: AppContext, job: ProbeJob) -> None:
             return
         router_id = decision.router_id
         try:
-            target = await forwarding.load_target(ctx, session, model, path, attempts)
+            target = await load_target(ctx, model, path, attempts)
             await session.commit()  # no pooled connection held during the call
             payload = await ctx.backends.call_json(target, path, body, attempts)
         except BackendFailure as exc:
@@ -141,7 +144,7 @@ async def _call_and_store(ctx: AppContext, job: ProbeJob) -> None:
             )
             await session.commit()
             return
-        cost = forwarding.answer_cost(target, request, payload, path)
+        cost = answer_cost(target, request, payload, path)
         probe = Probe(
             decision_id=route.decision_id,
             tenant_id=tenant_id,
@@ -158,8 +161,23 @@ async def _call_and_store(ctx: AppContext, job: ProbeJob) -> None:
         if await session.scalar(select(query_reward(route.decision_id, model))):
             await session.execute(update(Probe).where(Probe.id == probe.id).values(status="answered"))
             await session.commit()
-        feedback = FeedbackRequest(decision_id=route.decision_id, model=model, kind="cost", cost=cost)
-        await gateway.record_feedback(ctx, session, tenant, [feedback])
+        feedback = Outcome(decision_id=route.decision_id, model=model, kind="cost", cost=cost)
+        await record_feedback(ctx, session, tenant, [feedback])
+
+
+async def mark_answered(session: AsyncSession, accepted: list[FeedbackAccepted]) -> None:
+    """Mark the pending probes that new ``kind: query`` events answer. After the events' commit: a
+    probe whose query reward exists is never listed as pending anyway (``pending``), so this status
+    is kept for the admin views, not for correctness."""
+    answered = [(a.decision_id, a.model) for a in accepted if a.kind == "query" and not a.duplicate]
+    for decision_id, model in answered:
+        await session.execute(
+            update(Probe)
+            .where(Probe.decision_id == decision_id, Probe.model == model, Probe.status == "pending")
+            .values(status="answered")
+        )
+    if answered:
+        await session.commit()
 
 
 def query_reward(decision_id: Any, model: Any) -> Exists:

@@ -1,0 +1,205 @@
+"""Feedback events (``Outcome``): validate, insert idempotently, commit, publish; clients' events wait
+for their own fold (read-your-writes), the gateway's own (costs, cascade steps) do not."""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app import metrics
+from app.context import AppContext
+from app.events import FeedbackMessage
+from app.routing.decide import DIRECT_LABEL, upsert_for
+from app.routing.errors import Invalid, NotFound, TooLarge
+from app.schemas import FeedbackAccepted
+from app.store.models import DecisionRow, FeedbackEvent, Router, Tenant
+
+log = logging.getLogger(__name__)
+
+
+def _insert_ignoring_duplicate(session: AsyncSession, values: dict[str, object]):  # type: ignore[no-untyped-def]
+    return (
+        upsert_for(session)(FeedbackEvent)
+        .values(**values)
+        .on_conflict_do_nothing(index_elements=["decision_id", "model", "kind"])
+        .returning(FeedbackEvent.id)
+    )
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One feedback event about a decision, as the request path records it: from a client
+    (``POST /feedback``, built from its ``FeedbackRequest``) or from the gateway itself (a forwarded
+    call's cost, a cascade step, a probe's cost)."""
+
+    decision_id: str
+    model: str | None = None
+    kind: str = "bandit"
+    reward: float | None = None
+    cost: float | None = None
+    output_embedding: list[float] | None = None
+    output_text: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+Resolved = tuple[Outcome, DecisionRow, Router | None, str]  # an item, its decision, router, model
+
+
+async def record_feedback(
+    ctx: AppContext, session: AsyncSession, tenant: Tenant, items: list[Outcome]
+) -> list[FeedbackAccepted]:
+    """Validate every item first (nothing is written if one is bad), then insert them idempotently in
+    one transaction, commit, publish, and wait for this process to fold them."""
+    resolved = await resolve_feedback(session, tenant, items)
+    return await store_feedback(ctx, session, tenant, resolved, wait=True)
+
+
+async def resolve_feedback(session: AsyncSession, tenant: Tenant, items: list[Outcome]) -> list[Resolved]:
+    """Each item with its decision, router and the model it is about; raises on the first bad one."""
+    found = await session.execute(
+        select(DecisionRow, Router)
+        .outerjoin(Router, Router.id == DecisionRow.router_id)
+        .where(DecisionRow.id.in_({item.decision_id for item in items}), DecisionRow.tenant_id == tenant.id)
+    )
+    decisions: dict[str, DecisionRow] = {}
+    routers: dict[int, Router] = {}
+    for decision_row, router_row in found:
+        decisions[decision_row.id] = decision_row
+        if router_row is not None:
+            routers[router_row.id] = router_row
+
+    resolved: list[Resolved] = []
+    for position, item in enumerate(items):
+        where = f"event {position}: " if len(items) > 1 else ""
+        decision = decisions.get(item.decision_id)
+        if decision is None:
+            raise NotFound(f"{where}decision {item.decision_id!r} not found")
+        router = routers[decision.router_id] if decision.router_id is not None else None
+        answered_by = (decision.info or {}).get("answered_by")  # set when the gateway forwarded it
+        model = item.model or answered_by or (decision.models[0] if decision.models else None)
+        if model is None:
+            raise Invalid(
+                f"{where}the decision called no model; name the model this feedback is about",
+            )
+        if router is None:  # a direct call: about its backend only; no router, so no reward range
+            if model not in decision.models:
+                raise Invalid(
+                    f"{where}model {model!r} is not the backend this direct call called",
+                )
+            resolved.append((item, decision, router, model))
+            continue
+        allowed = set(decision.models) | set(decision.query) | set(router.arms)
+        if model not in allowed:
+            raise Invalid(
+                f"{where}model {model!r} is neither in the decision nor an arm of router {router.name!r}",
+            )
+        if item.reward is not None and not (router.reward_lo <= item.reward <= router.reward_hi):
+            raise Invalid(
+                f"{where}reward {item.reward} is outside the router's reward range "
+                f"[{router.reward_lo}, {router.reward_hi}]",
+            )
+        resolved.append((item, decision, router, model))
+    return resolved
+
+
+async def store_feedback(
+    ctx: AppContext, session: AsyncSession, tenant: Tenant, resolved: list[Resolved], wait: bool
+) -> list[FeedbackAccepted]:
+    """Insert the events idempotently with whatever the session already holds (one transaction),
+    commit, publish; with ``wait``, until this process folded them (read-your-writes for clients)."""
+    accepted: list[FeedbackAccepted] = []
+    fresh: list[FeedbackMessage] = []
+    unfolded: list[str] = []  # the kinds of new events about direct calls
+    for item, decision, router, model in resolved:
+        payload: dict[str, object] = {}
+        if item.output_embedding is not None:
+            payload["output_embedding"] = item.output_embedding
+        elif item.output_text is not None:
+            if len(item.output_text) > ctx.settings.max_prompt_chars:
+                raise TooLarge(
+                    f"output_text has {len(item.output_text)} characters; the limit is {ctx.settings.max_prompt_chars}",
+                )
+            vector, _ = await ctx.embeddings.embed(item.output_text)
+            payload["output_embedding"] = [float(v) for v in vector]
+        if item.metadata:
+            payload["metadata"] = item.metadata
+        values: dict[str, object] = {
+            "decision_id": decision.id,
+            "tenant_id": tenant.id,
+            "router_id": router.id if router is not None else None,
+            "model": model,
+            "kind": item.kind,
+            "reward": item.reward,
+            "cost": item.cost,
+            "payload": payload,
+        }
+        event_id = await session.scalar(_insert_ignoring_duplicate(session, values))
+        duplicate = event_id is None
+        if duplicate:
+            event_id = await session.scalar(
+                select(FeedbackEvent.id).where(
+                    FeedbackEvent.decision_id == decision.id,
+                    FeedbackEvent.model == model,
+                    FeedbackEvent.kind == item.kind,
+                )
+            )
+        else:
+            if router is None:  # stored, published to no one: no router folds it
+                unfolded.append(item.kind)
+            else:
+                fresh.append(
+                    FeedbackMessage(
+                        event_id=int(event_id or 0),
+                        router_id=router.id,
+                        decision_id=decision.id,
+                        model=model,
+                        kind=item.kind,
+                        reward=item.reward,
+                        cost=item.cost,
+                        embedding=np.frombuffer(decision.embedding, dtype=np.float32).copy(),
+                        payload=payload,
+                    )
+                )
+        accepted.append(
+            FeedbackAccepted(
+                event_id=int(event_id or 0),
+                decision_id=decision.id,
+                model=model,
+                kind=item.kind,
+                duplicate=duplicate,
+            )
+        )
+    await session.commit()
+    names = {router.id: router.name for _, _, router, _ in resolved if router is not None}
+    for message in fresh:
+        metrics.count_feedback(tenant.name, names[message.router_id], message.kind)
+    for kind in unfolded:
+        metrics.count_feedback(tenant.name, DIRECT_LABEL, kind)
+    await publish_feedback(ctx, fresh, wait)
+    return accepted
+
+
+async def publish_feedback(ctx: AppContext, messages: list[FeedbackMessage], wait: bool = True) -> None:
+    """Publish committed events. A failed publish loses nothing: the events are in the database and
+    replicas fold them on their next resync; this process folds them itself right away. With ``wait``,
+    return once this process folded them (at most ``read_your_writes_timeout_s``)."""
+    waits: dict[int, list[int]] = defaultdict(list)
+    for message in messages:
+        try:
+            await ctx.bus.publish(message)
+        except Exception as exc:
+            log.warning("publishing event %s failed (%s); folding locally", message.event_id, exc)
+            await ctx.states.handle(message)
+        waits[message.router_id].append(message.event_id)
+    timeout = ctx.settings.read_your_writes_timeout_s
+    if timeout <= 0 or not wait:
+        return
+    for router_id, event_ids in waits.items():
+        for event_id in event_ids:
+            await ctx.states.wait_folded(router_id, event_id, timeout)

@@ -1,0 +1,48 @@
+"""Forwarding, the story in one function: decide (unless given), call with fallback, settle; an
+ensemble or a judged cascade when the decision or its router asks for one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.backends import AttemptRecord
+from app.context import AppContext
+from app.routing.answers import CHAT_PATH, Decided, Forwarded, answer_text, mixture_output, path_for
+from app.routing.costs import answer_cost, settle
+from app.routing.decide import decide
+from app.routing.ensemble import forward_ensemble
+from app.routing.fallback import call_with_fallback
+from app.routing.judge import judged_cascade
+from app.schemas import RouteRequest
+from app.store.models import Tenant
+
+
+async def forward_json(
+    ctx: AppContext,
+    session: AsyncSession,
+    tenant: Tenant,
+    request: RouteRequest,
+    body: dict[str, Any],
+    decided: Decided | None = None,
+) -> Forwarded:
+    """Route (unless ``decided`` is the decision already made, with its router), call, settle; an
+    ensemble or a judged cascade when the decision or its router asks for one."""
+    route, router = decided if decided is not None else await decide(ctx, session, tenant, request)
+    attempts: list[AttemptRecord] = []
+    path = path_for(body)
+    if route.mode == "set" and len(route.models) > 1:
+        return await forward_ensemble(ctx, session, tenant, request, route, body, path)
+    target, payload = await call_with_fallback(
+        ctx, session, request, route, body, path, attempts, stream=False
+    )
+    assert isinstance(payload, dict)
+    cost = answer_cost(target, request, payload, path)
+    output = mixture_output(route.mode, answer_text(payload)) if path == CHAT_PATH else None
+    await settle(ctx, session, tenant, route.decision_id, target, attempts, cost, output)
+    if router is not None and router.judge_url and path == CHAT_PATH:
+        return await judged_cascade(
+            ctx, session, tenant, request, route, body, router, target, payload, cost, attempts
+        )
+    return Forwarded(route, target, payload, cost, attempts)
