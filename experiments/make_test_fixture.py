@@ -8,7 +8,9 @@ Deterministic (no clock, no unseeded randomness); run twice, it writes the same 
   subjects (uniform, seed 0, file order kept), so ``bench convert mmlu --data tests/data`` gives the same
   300 prompts and outcomes as that command on the full set (the end-to-end bench test).
 - ``topics/mmlu_<subject>.csv``: the first 160 rows of four subjects, two maths and two humanities (the
-  learning test takes the first 300 distinct questions of each pair: 151 rows of each file).
+  learning test takes the first 300 distinct questions of each pair: 151 rows of each file), and the
+  first 80 rows of two more (biology, law) from which the embed-text test builds its long few-shot
+  prefixes.
 
 Every kept row is copied verbatim (prompt and both models' True/False columns). The RouteLLM licence is
 copied beside them; the README names the source commit.
@@ -28,6 +30,8 @@ SAMPLE_SIZE = 300
 SAMPLE_SEED = 0
 TOPIC_SUBJECTS = ("elementary_mathematics", "high_school_mathematics", "prehistory", "world_religions")
 TOPIC_ROWS = 160
+PREFIX_SUBJECTS = ("high_school_biology", "professional_law")
+PREFIX_ROWS = 80
 
 
 def read_subject(mmlu_dir: Path, subject: str) -> tuple[list[str], list[list[str]]]:
@@ -69,9 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     for subject, indices in sorted(sampled_indices(args.data).items()):
         header, rows = read_subject(mmlu_dir, subject)
         write_subject(args.out / "mmlu" / f"mmlu_{subject}.csv", header, [rows[i] for i in indices])
-    for subject in TOPIC_SUBJECTS:
-        header, rows = read_subject(mmlu_dir, subject)
-        write_subject(args.out / "topics" / f"mmlu_{subject}.csv", header, rows[:TOPIC_ROWS])
+    for subjects, n in ((TOPIC_SUBJECTS, TOPIC_ROWS), (PREFIX_SUBJECTS, PREFIX_ROWS)):
+        for subject in subjects:
+            header, rows = read_subject(mmlu_dir, subject)
+            write_subject(args.out / "topics" / f"mmlu_{subject}.csv", header, rows[:n])
     shutil.copyfile(args.data / "routellm" / "LICENSE", args.out / "LICENSE")
     return 0
 
