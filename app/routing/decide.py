@@ -65,11 +65,6 @@ async def route(
     return (await decide(ctx, session, tenant, request))[0]
 
 
-async def admit(ctx: AppContext, tenant: Tenant) -> None:
-    """The tenant's rate limits, checked before every decision, routed or direct. None exist yet: a
-    limiter raises a 429 here (which ``/v1`` answers in OpenAI's shape)."""
-
-
 def prompt_text(ctx: AppContext, request: RouteRequest) -> str:
     """The request's text to embed; 413 above ``max_prompt_chars``, 422 when empty."""
     text = request.text()
@@ -94,7 +89,6 @@ async def decide_direct(
     """Log a direct call of ``backend`` (an arm of one of the tenant's routers): a decision of mode
     ``direct`` and of no router, with the prompt's embedding, so its feedback can be imported as
     logged outcomes later; no policy is asked and none learns from it."""
-    await admit(ctx, tenant)
     text = prompt_text(ctx, request)
     with metrics.time_embedding():
         embedding, digest = await ctx.embeddings.embed(text)
@@ -137,7 +131,6 @@ async def decide(
 ) -> tuple[RouteResponse, Router]:
     """``route``, also returning the router it resolved (forwarding needs its judge)."""
     router = await resolve_router(ctx, tenant, request.router)
-    await admit(ctx, tenant)
     text = prompt_text(ctx, request)
     arms = list(router.arms)
     if request.candidates is not None:
