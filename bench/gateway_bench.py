@@ -46,11 +46,11 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 from fastapi import FastAPI, Request
@@ -58,6 +58,7 @@ from fastapi.responses import Response
 
 from bench.local_server import free_port
 
+T = TypeVar("T")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 ADMIN_KEY = "bench-gateway-admin-key"
 SQLITE_SETTINGS = "journal_mode=WAL, synchronous=NORMAL (app/store/db.py)"
@@ -369,32 +370,29 @@ def measure(system: System, prompts: list[str], args: argparse.Namespace) -> dic
     }
 
 
-def postgres_settings(server: str) -> dict[str, str]:
+def on_postgres(server: str, work: Callable[[Any], Awaitable[T]]) -> T:
+    """Run ``work(connection)`` on the server's ``postgres`` database, in a fresh event loop."""
     import asyncpg
 
-    async def read() -> dict[str, str]:
+    async def run() -> T:
         conn = await asyncpg.connect(server + "/postgres")
         try:
-            return {
-                name: str(await conn.fetchval(f"SHOW {name}")) for name in ("fsync", "synchronous_commit")
-            }
+            return await work(conn)
         finally:
             await conn.close()
 
-    return asyncio.run(read())
+    return asyncio.run(run())
+
+
+def postgres_settings(server: str) -> dict[str, str]:
+    async def read(conn: Any) -> dict[str, str]:
+        return {name: str(await conn.fetchval(f"SHOW {name}")) for name in ("fsync", "synchronous_commit")}
+
+    return on_postgres(server, read)
 
 
 def admin_sql(server: str, statement: str) -> None:
-    import asyncpg
-
-    async def run() -> None:
-        conn = await asyncpg.connect(server + "/postgres")
-        try:
-            await conn.execute(statement)
-        finally:
-            await conn.close()
-
-    asyncio.run(run())
+    on_postgres(server, lambda conn: conn.execute(statement))
 
 
 def gateway_specs(args: argparse.Namespace) -> list[tuple[str, str, str, int]]:
