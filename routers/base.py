@@ -30,13 +30,17 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar, get_args, runtime_checkable
 
 import numpy as np
 
-ObservationKind = Literal["bandit", "query", "cascade-step"]
+if TYPE_CHECKING:
+    from routers.hyperparameters import Hyperparameters
+
+ObservationKind = Literal["bandit", "query", "cascade-step", "offline"]
 DecisionMode = Literal["single", "cascade", "set", "mixture"]
-OBSERVATION_KINDS: tuple[str, ...] = ("bandit", "query", "cascade-step")
+OBSERVATION_KINDS: tuple[str, ...] = get_args(ObservationKind)
+H = TypeVar("H", bound="Hyperparameters")
 
 
 class PolicyConfigError(ValueError):
@@ -105,7 +109,10 @@ class Observation:
     """One piece of feedback about one model's answer to one prompt.
 
     ``kind``: ``bandit`` (the chosen model's reward), ``query`` (an active-learning probe of another model),
-    ``cascade-step`` (a step of a cascade; ``reward`` is the step's outcome). ``reward`` or ``cost`` may be
+    ``cascade-step`` (a step of a cascade; ``reward`` is the step's outcome), ``offline`` (a logged outcome
+    imported as a warm start: no decision of this policy made it, so it is learned like a query, is never
+    a round the policy played nor money it spent, and its ``decision_key`` is the log row's id, which
+    belongs to no open decision). ``reward`` or ``cost`` may be
     None when the feedback carries only the other. ``output_embedding`` is the answer's embedding, the
     feedback of diversity-aware mixture policies. ``decision_key``: the key of the decision this feedback
     is about (``Context.decision_key`` of its selects), None when the caller keys nothing.
@@ -244,13 +251,16 @@ def decode_state(blob: bytes | str) -> dict[str, Any]:
 class PolicyBase:
     """Shared plumbing for policies: the arm list, the seeded generator and the state envelope.
 
-    Subclasses set ``name``, accept their hyperparameters as keyword arguments in ``__init__`` (validated
-    there, with messages that name the argument), record them in ``self.config`` and implement
-    ``select``, ``update``, ``_on_add_arm``, ``_on_remove_arm``, ``_state`` and ``_load``.
-    ``from_state`` rebuilds ``cls(arms=..., seed=None, **config)`` and then loads the learned part.
+    Subclasses set ``name`` and ``hyperparameters`` (their typed model, ``routers.hyperparameters``),
+    validate their keyword arguments with it first thing in ``__init__`` (a ``PolicyConfigError``
+    naming the key otherwise), record the validated values in ``self.config`` and implement ``select``,
+    ``update``, ``_on_add_arm``, ``_on_remove_arm``, ``_state`` and ``_load``. ``from_state`` rebuilds
+    ``cls(arms=..., seed=..., **config)``, through the same validation, and then loads the learned part.
     """
 
     name: ClassVar[str] = "base"
+    hyperparameters: ClassVar[type[Hyperparameters]]
+    params: Hyperparameters  # the validated hyperparameters (``_configure``)
     dim: int | None = None  # the context dimension, for policies that need it (see _ensure_dim)
 
     def __init__(self, arms: Sequence[str] = (), seed: int | None = 0) -> None:
@@ -264,6 +274,17 @@ class PolicyBase:
     @property
     def arms(self) -> list[str]:
         return list(self._arms)
+
+    def _configure(self, hyperparameters: Mapping[str, Any], model: type[H]) -> H:
+        """Validate ``hyperparameters`` with the class's model (``model`` or one extending it), resolve
+        the defaults that depend on other values, keep the result in ``params`` and its values in
+        ``config``."""
+        params = self.hyperparameters.parse(hyperparameters).resolved()
+        if not isinstance(params, model):
+            raise PolicyConfigError(f"{type(self).__name__}.hyperparameters must extend {model.__name__}")
+        self.params = params
+        self.config = params.config()
+        return params
 
     def _ensure_dim(self, x: np.ndarray) -> None:
         """Fix the context dimension on first use (allocating per-arm state through ``_on_add_arm``) and

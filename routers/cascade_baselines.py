@@ -22,34 +22,23 @@ from typing import Any, ClassVar
 import numpy as np
 
 from routers.base import Context, Decision, Observation, PolicyBase, argmax_random_tie, candidate_arms
-from routers.logistic_ucb import call_budget, require_cascade_settings
-from routers.prices import call_costs, validate_prices
+from routers.hyperparameters import Hyperparameters
+from routers.logistic_ucb import CascadeHyperparameters, call_budget
+from routers.prices import call_costs
 
 
 class _CascadeBaseline(PolicyBase):
     cost_aware: ClassVar[bool] = True
 
-    def __init__(
-        self,
-        arms: Sequence[str] = (),
-        seed: int | None = 0,
-        cost_weight: float = 0.05,
-        max_calls: int = 5,
-        prices: Mapping[str, float] | None = None,
-        allow_repeat: bool = False,
-    ) -> None:
+    hyperparameters: ClassVar[type[Hyperparameters]] = CascadeHyperparameters
+
+    def __init__(self, arms: Sequence[str] = (), seed: int | None = 0, **hyperparameters: Any) -> None:
         super().__init__(arms, seed)
-        require_cascade_settings(cost_weight, max_calls)
-        self.cost_weight = float(cost_weight)
-        self.max_calls = max_calls
-        self.prices = validate_prices(prices)
-        self.allow_repeat = bool(allow_repeat)
-        self.config = {
-            "cost_weight": self.cost_weight,
-            "max_calls": max_calls,
-            "prices": dict(self.prices),
-            "allow_repeat": self.allow_repeat,
-        }
+        p = self._configure(hyperparameters, CascadeHyperparameters)
+        self.cost_weight = p.cost_weight
+        self.max_calls = p.max_calls
+        self.prices = dict(p.prices)
+        self.allow_repeat = p.allow_repeat
 
     def _next_candidates(self, context: Context) -> list[str]:
         if len(context.tried) >= call_budget(context, self.max_calls):
@@ -76,8 +65,8 @@ class GreedyTillSucceed(_CascadeBaseline):
 
     name: ClassVar[str] = "greedy-till-succeed"
 
-    def __init__(self, arms: Sequence[str] = (), seed: int | None = 0, **kwargs: Any) -> None:
-        super().__init__(arms, seed, **kwargs)
+    def __init__(self, arms: Sequence[str] = (), seed: int | None = 0, **hyperparameters: Any) -> None:
+        super().__init__(arms, seed, **hyperparameters)
         self._sum: dict[str, float] = {a: 0.0 for a in self._arms}
         self._n: dict[str, int] = {a: 0 for a in self._arms}
 

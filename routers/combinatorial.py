@@ -34,12 +34,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, Self
 
 import numpy as np
+from pydantic import Field
 
-from routers.base import Context, Decision, Observation, PolicyBase, candidate_arms, require
-from routers.prices import validate_prices
+from routers.base import Context, Decision, Observation, PolicyBase, candidate_arms
+from routers.hyperparameters import Finite, Hyperparameters, NonNegative, Positive, PositiveCount, Prices
 from routers.relaxation import (
     awc_continuous_greedy,
     awc_enumerate,
@@ -52,6 +53,50 @@ from routers.rounding import pairwise_round, swap_round
 REWARD_MODELS: tuple[str, ...] = ("awc", "suc", "aic")
 DEFAULT_BUDGET: dict[str, float] = {"awc": 0.45, "suc": 0.5, "aic": 0.3}  # the paper's Sec. 6 scenarios
 CASCADE_ORDERS: tuple[str, ...] = ("cost", "price", "reward")
+
+
+class SetHyperparameters(Hyperparameters):
+    """The hyperparameters of every set policy (see ``SetBandit``)."""
+
+    reward: Literal["awc", "suc", "aic"] = "awc"
+    max_models: PositiveCount | None = Field(None, description="N; null: min(4, number of models)")
+    budget: NonNegative | None = Field(None, description="rho, normalised cost units; null: the paper's")
+    prices: Prices = Field(default_factory=dict, description="{model: USD per call}: reference costs")
+    cost_scale: Positive | None = Field(None, description="USD of one normalised cost unit")
+    cost_normalization: Literal["max-price", "none"] = "max-price"
+    cascade_order: Literal["cost", "price", "reward"] = "cost"
+    success_threshold: Finite = 0.5
+    solver: Literal["auto", "enumerate", "greedy"] = "auto"
+    greedy_steps: PositiveCount = 20
+    max_vertices: PositiveCount = 100_000
+    rounding: Literal["swap", "pairwise"] | None = Field(
+        None, description="null: swap for AWC, else pairwise"
+    )
+    cost_weight: Finite | None = Field(None, description="accepted and unused (rho trades cost here)")
+
+    def resolved(self) -> Self:
+        """``budget`` and ``rounding`` filled in from the reward model when not given."""
+        budget = DEFAULT_BUDGET[self.reward] if self.budget is None else self.budget
+        rounding = self.rounding or ("swap" if self.reward == "awc" else "pairwise")
+        return self.model_copy(update={"budget": budget, "rounding": rounding})
+
+
+class ConfidenceHyperparameters(SetHyperparameters):
+    """The UCB settings shared by C2MAB-V and CUCB."""
+
+    alpha_reward: NonNegative = Field(1.0, description="alpha_mu, the reward bonus weight")
+    delta: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] | None = Field(
+        None, description="confidence; null: 1 / horizon"
+    )
+    horizon: PositiveCount = Field(10_000, description="T, the run length")
+
+
+class C2MABVHyperparameters(ConfidenceHyperparameters):
+    """C2MAB-V's hyperparameters (see ``C2MABV``)."""
+
+    alpha_cost: NonNegative = Field(0.01, description="alpha_c, the cost bonus weight")
+    batch_size: PositiveCount = Field(1, description="B: rounds between solves")
+    direct: bool = Field(False, description="C2MAB-V-Direct (no rounding)")
 
 
 class SetBandit(PolicyBase):
@@ -71,94 +116,19 @@ class SetBandit(PolicyBase):
 
     cost_aware: ClassVar[bool] = True
 
-    def __init__(
-        self,
-        arms: Sequence[str] = (),
-        seed: int | None = 0,
-        reward: Literal["awc", "suc", "aic"] = "awc",
-        max_models: int | None = None,
-        budget: float | None = None,
-        prices: Mapping[str, float] | None = None,
-        cost_scale: float | None = None,
-        cost_normalization: Literal["max-price", "none"] = "max-price",
-        cascade_order: Literal["cost", "price", "reward"] = "cost",
-        success_threshold: float = 0.5,
-        solver: Literal["auto", "enumerate", "greedy"] = "auto",
-        greedy_steps: int = 20,
-        max_vertices: int = 100_000,
-        rounding: Literal["swap", "pairwise"] | None = None,
-        cost_weight: float | None = None,
-    ) -> None:
+    hyperparameters: ClassVar[type[Hyperparameters]] = SetHyperparameters
+
+    def __init__(self, arms: Sequence[str] = (), seed: int | None = 0, **hyperparameters: Any) -> None:
         super().__init__(arms, seed)
-        require(reward in REWARD_MODELS, f"reward must be one of {REWARD_MODELS}, got {reward!r}")
-        require(
-            max_models is None or (isinstance(max_models, int) and max_models >= 1),
-            f"max_models must be None or an int >= 1, got {max_models!r}",
-        )
-        require(
-            budget is None or (np.isfinite(budget) and budget >= 0), f"budget must be >= 0, got {budget!r}"
-        )
-        require(
-            cost_scale is None or (np.isfinite(cost_scale) and cost_scale > 0),
-            f"cost_scale must be None or > 0, got {cost_scale!r}",
-        )
-        require(
-            cost_normalization in ("max-price", "none"),
-            f"cost_normalization must be 'max-price' or 'none', got {cost_normalization!r}",
-        )
-        require(
-            cascade_order in CASCADE_ORDERS,
-            f"cascade_order must be one of {CASCADE_ORDERS}, got {cascade_order!r}",
-        )
-        require(
-            np.isfinite(success_threshold), f"success_threshold must be finite, got {success_threshold!r}"
-        )
-        require(
-            solver in ("auto", "enumerate", "greedy"), f"solver must be auto|enumerate|greedy, got {solver!r}"
-        )
-        require(
-            isinstance(greedy_steps, int) and greedy_steps >= 1,
-            f"greedy_steps must be an int >= 1, got {greedy_steps!r}",
-        )
-        require(
-            isinstance(max_vertices, int) and max_vertices >= 1,
-            f"max_vertices must be an int >= 1, got {max_vertices!r}",
-        )
-        require(
-            rounding in (None, "swap", "pairwise"),
-            f"rounding must be None, 'swap' or 'pairwise', got {rounding!r}",
-        )
-        require(
-            cost_weight is None or np.isfinite(cost_weight),
-            f"cost_weight must be finite, got {cost_weight!r}",
-        )
-        self.reward = reward
-        self.max_models = max_models
-        self.budget = DEFAULT_BUDGET[reward] if budget is None else float(budget)
-        self.prices = validate_prices(prices)
-        self.cost_scale = None if cost_scale is None else float(cost_scale)
-        self.cost_normalization = cost_normalization
-        self.cascade_order = cascade_order
-        self.success_threshold = float(success_threshold)
-        self.solver = solver
-        self.greedy_steps = greedy_steps
-        self.max_vertices = max_vertices
-        self.rounding = rounding or ("swap" if reward == "awc" else "pairwise")
-        self.config = {
-            "reward": reward,
-            "max_models": max_models,
-            "budget": self.budget,
-            "prices": dict(self.prices),
-            "cost_scale": self.cost_scale,
-            "cost_normalization": cost_normalization,
-            "cascade_order": cascade_order,
-            "success_threshold": self.success_threshold,
-            "solver": solver,
-            "greedy_steps": greedy_steps,
-            "max_vertices": max_vertices,
-            "rounding": self.rounding,
-            "cost_weight": cost_weight,
-        }
+        p = self._configure(hyperparameters, SetHyperparameters)
+        self.reward, self.max_models, self.budget = p.reward, p.max_models, float(p.budget or 0.0)
+        # costs: reference prices and their normalisation
+        self.prices, self.cost_scale = dict(p.prices), p.cost_scale
+        self.cost_normalization = p.cost_normalization
+        self.cascade_order, self.success_threshold = p.cascade_order, p.success_threshold
+        # the relaxed problem's solver and rounding
+        self.solver, self.greedy_steps = p.solver, p.greedy_steps
+        self.max_vertices, self.rounding = p.max_vertices, p.rounding
         self.round = 0
         self._stats: dict[str, list[float]] = {a: [0.0] * 4 for a in self._arms}  # sum r, n r, sum c, n c
         # per model: sum and count of the Context.costs it was shown (kept across its removal)
@@ -318,17 +288,6 @@ class SetBandit(PolicyBase):
             self._on_add_arm(arm)
 
 
-def require_confidence(alpha_reward: float, delta: float | None, horizon: int) -> None:
-    """Validate the UCB settings shared by C2MAB-V and CUCB."""
-    require(
-        np.isfinite(alpha_reward) and alpha_reward >= 0, f"alpha_reward must be >= 0, got {alpha_reward!r}"
-    )
-    require(isinstance(horizon, int) and horizon >= 1, f"horizon must be an int >= 1, got {horizon!r}")
-    require(
-        delta is None or (np.isfinite(delta) and 0 < delta <= 1), f"delta must be in (0, 1], got {delta!r}"
-    )
-
-
 def confidence_radius(n: np.ndarray, round_: int, num_arms: int, delta: float) -> np.ndarray:
     """sqrt(ln(2 pi^2 K t^3 / (3 delta)) / (2 n)), +inf where n = 0 (Lemma 1)."""
     big_l = math.log(2.0 * math.pi**2 * max(num_arms, 1) * float(round_) ** 3 / (3.0 * delta))
@@ -336,7 +295,21 @@ def confidence_radius(n: np.ndarray, round_: int, num_arms: int, delta: float) -
         return np.where(n > 0, np.sqrt(big_l / (2.0 * np.maximum(n, 1))), np.inf)
 
 
-class C2MABV(SetBandit):
+class ConfidenceSetBandit(SetBandit):
+    """A set policy with the Lemma 1 confidence radius: ``alpha_reward`` and ``delta`` (None: 1 /
+    ``horizon``), shared by C2MAB-V and CUCB."""
+
+    hyperparameters: ClassVar[type[Hyperparameters]] = ConfidenceHyperparameters
+
+    def __init__(self, arms: Sequence[str] = (), seed: int | None = 0, **hyperparameters: Any) -> None:
+        super().__init__(arms, seed, **hyperparameters)
+        p = self.params
+        assert isinstance(p, ConfidenceHyperparameters)
+        self.alpha_reward, self.horizon = p.alpha_reward, p.horizon
+        self.delta = 1.0 / p.horizon if p.delta is None else p.delta
+
+
+class C2MABV(ConfidenceSetBandit):
     """C2MAB-V (Algorithm 1). Extra hyperparameters: ``alpha_reward`` alpha_mu (1.0), ``alpha_cost``
     alpha_c (0.01; the paper's setting (1, 0.01) of Fig. 8), ``delta`` (None: 1 / ``horizon``),
     ``horizon`` T (10000; ``bench run`` passes its own T unless the spec sets one, the gateway keeps the
@@ -344,41 +317,13 @@ class C2MABV(SetBandit):
 
     name: ClassVar[str] = "c2mab-v"
 
-    def __init__(
-        self,
-        arms: Sequence[str] = (),
-        seed: int | None = 0,
-        alpha_reward: float = 1.0,
-        alpha_cost: float = 0.01,
-        delta: float | None = None,
-        horizon: int = 10_000,
-        batch_size: int = 1,
-        direct: bool = False,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(arms, seed, **kwargs)
-        require_confidence(alpha_reward, delta, horizon)
-        require(np.isfinite(alpha_cost) and alpha_cost >= 0, f"alpha_cost must be >= 0, got {alpha_cost!r}")
-        require(
-            isinstance(batch_size, int) and batch_size >= 1,
-            f"batch_size must be an int >= 1, got {batch_size!r}",
-        )
-        self.alpha_reward = float(alpha_reward)
-        self.alpha_cost = float(alpha_cost)
-        self.horizon = horizon
-        self.delta = 1.0 / horizon if delta is None else float(delta)
-        self.batch_size = batch_size
-        self.direct = bool(direct)
-        self.config.update(
-            {
-                "alpha_reward": self.alpha_reward,
-                "alpha_cost": self.alpha_cost,
-                "delta": delta,
-                "horizon": horizon,
-                "batch_size": batch_size,
-                "direct": self.direct,
-            }
-        )
+    hyperparameters: ClassVar[type[Hyperparameters]] = C2MABVHyperparameters
+
+    def __init__(self, arms: Sequence[str] = (), seed: int | None = 0, **hyperparameters: Any) -> None:
+        super().__init__(arms, seed, **hyperparameters)
+        p = self.params
+        assert isinstance(p, C2MABVHyperparameters)
+        self.alpha_cost, self.batch_size, self.direct = p.alpha_cost, p.batch_size, p.direct
         self._cached: dict[str, Any] | None = None  # batch mode: the z in use, its arms and round
 
     def bounds(self, est: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -11,7 +11,8 @@ on the realised rewards the router has been paid.
 
 Notation, over the rounds folded so far (``bandit`` observations with a reward): R_0 is the reward of the
 rounds that played the incumbent a_0, S the other rounds and R_S their reward (both realised, exact);
-the incumbent's own observations (all kinds: played rounds and queries) give n_0 rewards of mean m_0.
+the incumbent's own observations (all kinds: played rounds, queries and offline log rows) give n_0
+rewards of mean m_0.
 Rewards lie in [r_min, r_max] (``reward_min``, ``reward_max``), range D = r_max - r_min, and
 L = ln(1 / delta). On the rounds that played a_0 the router and the incumbent earned the same, so
 
@@ -57,13 +58,34 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar, Self
 
-from routers.base import Context, Decision, Observation, Policy, candidate_arms, require
-from routers.pacing import finite_number
+from pydantic import Field, model_validator
+
+from routers.base import Context, Decision, Observation, Policy, candidate_arms
+from routers.hyperparameters import ArmName, Finite, Hyperparameters
 from routers.wrapper import PolicyWrapper
 
-CONSERVATIVE_KEYS = ("incumbent", "max_loss", "delta", "reward_min", "reward_max")
+
+class ConservativeHyperparameters(Hyperparameters):
+    """The conservative wrapper's keys (module docstring); any of them set applies the wrapper."""
+
+    incumbent: ArmName | None = Field(None, description="a_0; null: the highest-priced candidate")
+    max_loss: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] | None = Field(
+        None, description="alpha: the tolerated fraction of the incumbent's reward; null: 0.02"
+    )
+    delta: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] = Field(0.01, description="confidence")
+    reward_min: Finite = 0.0
+    reward_max: Finite = 1.0
+
+    @model_validator(mode="after")
+    def _range(self) -> Self:
+        if not self.reward_min < self.reward_max:
+            raise ValueError(f"reward_min must be < reward_max, got {self.reward_min!r}, {self.reward_max!r}")
+        return self
+
+
+CONSERVATIVE_KEYS: tuple[str, ...] = tuple(ConservativeHyperparameters.model_fields)
 
 
 class Conservative(PolicyWrapper):
@@ -71,40 +93,15 @@ class Conservative(PolicyWrapper):
 
     key: ClassVar[str] = "conservative"
 
-    def __init__(
-        self,
-        inner: Policy,
-        incumbent: str | None = None,
-        max_loss: float | None = None,
-        delta: float = 0.01,
-        reward_min: float = 0.0,
-        reward_max: float = 1.0,
-    ) -> None:
+    def __init__(self, inner: Policy, **settings: Any) -> None:
         super().__init__(inner, "incumbent / max_loss")
-        alpha = 0.02 if max_loss is None else max_loss
-        require(
-            incumbent is None or (isinstance(incumbent, str) and incumbent != ""),
-            f"incumbent must be an arm name, got {incumbent!r}",
-        )
-        require(
-            finite_number(alpha) and 0 <= alpha < 1, f"max_loss must be a number in [0, 1), got {max_loss!r}"
-        )
-        require(finite_number(delta) and 0 < delta < 1, f"delta must be a number in (0, 1), got {delta!r}")
-        require(
-            finite_number(reward_min) and finite_number(reward_max) and reward_min < reward_max,
-            f"reward_min < reward_max must be finite numbers, got {reward_min!r}, {reward_max!r}",
-        )
-        self.incumbent = incumbent
-        self.alpha = float(alpha)
-        self.log_term = math.log(1.0 / delta)
-        self.reward_min, self.reward_max = float(reward_min), float(reward_max)
-        self.settings = {
-            "incumbent": incumbent,
-            "max_loss": self.alpha,
-            "delta": float(delta),
-            "reward_min": self.reward_min,
-            "reward_max": self.reward_max,
-        }
+        p = ConservativeHyperparameters.parse(settings)
+        p = p.model_copy(update={"max_loss": 0.02 if p.max_loss is None else p.max_loss})
+        self.incumbent = p.incumbent
+        self.alpha = float(p.max_loss or 0.0)
+        self.log_term = math.log(1.0 / p.delta)
+        self.reward_min, self.reward_max = p.reward_min, p.reward_max
+        self.settings = p.config()
         self.played: dict[str, list[float]] = {}  # arm -> [rounds played, their reward]
         self.seen: dict[str, list[float]] = {}  # arm -> [rewards observed (any kind), their sum]
 
@@ -128,16 +125,31 @@ class Conservative(PolicyWrapper):
         mean_bound = total0 / n0 + spread * math.sqrt(self.log_term / (2.0 * n0))
         return rounds * mean_bound + spread * math.sqrt(rounds * self.log_term / 2.0)
 
+    def rounds(self, incumbent: str) -> tuple[int, int]:
+        """(rounds that played a_0, |S|): the folded ``bandit`` rounds on and off the incumbent."""
+        return int(self.played.get(incumbent, (0.0, 0.0))[0]), self._sums(incumbent)[1]
+
     def margin(self, incumbent: str, arm: str) -> float:
         """margin(a) of the module docstring: >= 0 iff playing ``arm`` keeps the floor."""
-        r0 = self.played.get(incumbent, (0.0, 0.0))[1]
+        return self.floor_margin(incumbent) if arm == incumbent else self.explore_margin(incumbent)
+
+    def _sums(self, incumbent: str) -> tuple[float, int, float]:
+        """(R_0, |S|, R_S) over the folded rounds."""
         others = [s for a, s in self.played.items() if a != incumbent]
-        rounds_s = int(sum(s[0] for s in others))
-        reward_s = sum(s[1] for s in others)
-        if arm == incumbent:
-            return reward_s + self.alpha * r0 - (1.0 - self.alpha) * self.incumbent_bound(incumbent, rounds_s)
+        r0 = self.played.get(incumbent, (0.0, 0.0))[1]
+        return r0, int(sum(s[0] for s in others)), sum(s[1] for s in others)
+
+    def explore_margin(self, incumbent: str) -> float:
+        """margin(a) for any a != a_0: R_S + r_min + alpha R_0 - (1 - alpha) U(|S| + 1); >= 0 iff the
+        next decision may leave the incumbent."""
+        r0, rounds_s, reward_s = self._sums(incumbent)
         bound = self.incumbent_bound(incumbent, rounds_s + 1)
         return reward_s + self.reward_min + self.alpha * r0 - (1.0 - self.alpha) * bound
+
+    def floor_margin(self, incumbent: str) -> float:
+        """margin(a_0) = R_S + alpha R_0 - (1 - alpha) U(|S|): the floor's slack over the rounds so far."""
+        r0, rounds_s, reward_s = self._sums(incumbent)
+        return reward_s + self.alpha * r0 - (1.0 - self.alpha) * self.incumbent_bound(incumbent, rounds_s)
 
     def select(self, context: Context) -> Decision:
         """The inner choice if margin(choice) >= 0, else the incumbent."""

@@ -37,12 +37,25 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
+from pydantic import Field
 
 from routers.base import Context, Decision, Observation, Policy, PolicyConfigError, argmax_random_tie
-from routers.pacing import CostEstimates, DualPacer, finite_number
+from routers.hyperparameters import Hyperparameters, NonNegative, Positive
+from routers.pacing import CostEstimates, DualPacer
 from routers.wrapper import PolicyWrapper
 
-COST_KEYS = ("cost_weight", "cost_target", "pacing_rate", "cost_confidence")
+
+class CostHyperparameters(Hyperparameters):
+    """The cost-aware wrapper's keys (module docstring); any of them set applies the wrapper."""
+
+    cost_weight: NonNegative | None = Field(None, description="lambda (reward per USD); null: 0")
+    cost_target: Positive | None = Field(None, description="mean USD per request to pace to")
+    pacing_rate: Positive = Field(0.05, description="the pacer's step, in reward units")
+    cost_confidence: NonNegative = Field(2.0, description="z of an unpriced arm's cost LCB")
+
+
+COST_KEYS: tuple[str, ...] = tuple(CostHyperparameters.model_fields)
+
 UNINDEXED = ("random", "always")
 
 
@@ -52,32 +65,20 @@ class CostAware(PolicyWrapper):
     key: ClassVar[str] = "cost"
     cost_aware: ClassVar[bool] = True
 
-    def __init__(
-        self,
-        inner: Policy,
-        cost_weight: float | None = None,
-        cost_target: float | None = None,
-        pacing_rate: float = 0.05,
-        cost_confidence: float = 2.0,
-    ) -> None:
+    def __init__(self, inner: Policy, **settings: Any) -> None:
         super().__init__(inner, "cost_weight / cost_target")
         if inner.name in UNINDEXED:
             raise PolicyConfigError(
                 f"cost_weight / cost_target need a policy that scores every arm; {inner.name!r} reports no "
                 "per-arm index"
             )
-        weight = 0.0 if cost_weight is None else cost_weight
-        if not (finite_number(weight) and weight >= 0):
-            raise PolicyConfigError(f"cost_weight must be a number >= 0, got {cost_weight!r}")
-        self.cost_weight = float(weight)
-        self.pacer = None if cost_target is None else DualPacer(cost_target, pacing_rate, self.cost_weight)
-        self.estimates = CostEstimates(cost_confidence)
-        self.settings = {
-            "cost_weight": self.cost_weight,
-            "cost_target": cost_target,
-            "pacing_rate": pacing_rate,
-            "cost_confidence": cost_confidence,
-        }
+        p = CostHyperparameters.parse(settings)
+        self.cost_weight = p.cost_weight or 0.0
+        self.pacer = (
+            None if p.cost_target is None else DualPacer(p.cost_target, p.pacing_rate, self.cost_weight)
+        )
+        self.estimates = CostEstimates(p.cost_confidence)
+        self.settings = p.model_copy(update={"cost_weight": self.cost_weight}).config()
 
     @property
     def multiplier(self) -> float:

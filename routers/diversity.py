@@ -406,7 +406,10 @@ class KernelQuadraticObjective(MixtureObjective):
             "pair_sums": self.pair_sums.copy(),
             "f_sums": self.f_sums.copy(),
             "stored": self.stored.copy(),
-            "samples": [buf[: int(s)].copy() for buf, s in zip(self.samples, self.stored, strict=True)],
+            # no buffers before the first sample fixes the dimension
+            "samples": [buf[: int(s)].copy() for buf, s in zip(self.samples, self.stored, strict=True)]
+            if self.dim is not None
+            else [],
             "reservoir_rng": rng_state(self._rng),
         }
 

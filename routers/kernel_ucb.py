@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
+from pydantic import Field
 
 from routers.base import (
     Context,
@@ -38,47 +39,41 @@ from routers.base import (
     PolicyBase,
     argmax_random_tie,
     candidate_arms,
-    require,
 )
 from routers.diversity import squared_distances
+from routers.hyperparameters import (
+    DIM_DESCRIPTION,
+    Dim,
+    Hyperparameters,
+    NonNegative,
+    Positive,
+    PositiveCount,
+)
+
+
+class PakUCBHyperparameters(Hyperparameters):
+    """PAK-UCB's hyperparameters (see the module docstring)."""
+
+    kernel: Literal["poly", "rbf"] = "poly"
+    gamma: Positive = 1.0
+    alpha: Positive = Field(1.0, description="kernel ridge")
+    eta: NonNegative | None = Field(None, description="bonus weight; null: sqrt(2 ln(2 T G / 0.05))")
+    horizon: PositiveCount = Field(10_000, description="T, the run length, for the default eta")
+    window: PositiveCount = Field(1000, description="points kept per arm")
+    dim: Dim | None = Field(None, description=DIM_DESCRIPTION)
 
 
 class PakUCB(PolicyBase):
     """Kernel UCB per arm (PAK-UCB). See the module docstring for formulas and hyperparameters."""
 
     name: ClassVar[str] = "pak-ucb"
+    hyperparameters: ClassVar[type[Hyperparameters]] = PakUCBHyperparameters
 
-    def __init__(
-        self,
-        arms: Sequence[str] = (),
-        seed: int | None = 0,
-        kernel: str = "poly",
-        gamma: float = 1.0,
-        alpha: float = 1.0,
-        eta: float | None = None,
-        horizon: int = 10_000,
-        window: int = 1000,
-        dim: int | None = None,
-    ) -> None:
+    def __init__(self, arms: Sequence[str] = (), seed: int | None = 0, **hyperparameters: Any) -> None:
         super().__init__(arms, seed)
-        require(kernel in ("poly", "rbf"), f"kernel must be 'poly' or 'rbf', got {kernel!r}")
-        require(_positive(gamma), f"gamma must be a finite number > 0, got {gamma!r}")
-        require(_positive(alpha), f"alpha must be a finite number > 0, got {alpha!r}")
-        require(eta is None or (_positive(eta) or eta == 0), f"eta must be a finite number >= 0, got {eta!r}")
-        require(isinstance(horizon, int) and horizon > 0, f"horizon must be an int > 0, got {horizon!r}")
-        require(isinstance(window, int) and window >= 1, f"window must be an int >= 1, got {window!r}")
-        require(dim is None or (isinstance(dim, int) and dim > 0), f"dim must be a positive int, got {dim!r}")
-        self.kernel, self.gamma, self.alpha = kernel, float(gamma), float(alpha)
-        self.eta, self.horizon, self.window, self.dim = eta, horizon, window, dim
-        self.config = {
-            "kernel": kernel,
-            "gamma": self.gamma,
-            "alpha": self.alpha,
-            "eta": eta,
-            "horizon": horizon,
-            "window": window,
-            "dim": dim,
-        }
+        p = self._configure(hyperparameters, PakUCBHyperparameters)
+        self.kernel, self.gamma, self.alpha = p.kernel, p.gamma, p.alpha
+        self.eta, self.horizon, self.window, self.dim = p.eta, p.horizon, p.window, p.dim
         self._x: dict[str, np.ndarray] = {}
         self._y: dict[str, np.ndarray] = {}
         self._m: dict[str, np.ndarray] = {}
@@ -176,9 +171,3 @@ class PakUCB(PolicyBase):
             for arm, value in dict(learned[key]).items():
                 if arm in self._x:
                     table[arm] = np.array(value, dtype=np.float64)
-
-
-def _positive(value: Any) -> bool:
-    return (
-        isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
-    )

@@ -5,7 +5,8 @@ nearest neighbour of the prompt x (``routers.neighbors``):
 
     (3) f_g(x, k) = (1/k) sum_{(x', y) in NN_g(x, k)} y
     (4) U_g(x, k) = s * sqrt(theta * log L / k) + phi(t) * l * r_{g,k}       L = N_g (eq. 4) or t
-    (5) k_g       = argmin_{1 <= k <= min(N_g, k_max)} U_g(x, k)   (the paper: 1 <= k <= N_g)
+    (5) k_g       = argmin_{1 <= k <= K(N_g)} U_g(x, k)   (the paper: 1 <= k <= N_g)
+        K(N)      = min(N, k_max, max(32, ceil(N / k_share)))   k_share = 2 (scale-free), 1 (paper)
     (6) I_g(x)    = f_g(x, k_g) + U_g(x, k_g),   I_g = +inf while N_g = 0
     (7) g_t       = argmax_g I_g(x)   (ties uniformly at random)
 
@@ -27,25 +28,35 @@ the "nugget") and slope ~ lambda^2 (how fast the mean reward moves with distance
     L = t (log t: a neglected arm's bonus grows, so it is retried; see ``log_of``).
 
 Tuned with ``bench run`` on the tuning half (``bench split --seed 0``) of RouteLLM MMLU, GSM8K and
-MT-bench, every prompt played once per seed (numbers in ``docs/policies/knn-ucb.md``): theta = 1, phi = 1.
+MT-bench, every prompt played once per seed (numbers in ``docs/policies/knn-ucb.md``): theta = 1, phi = 1,
+k_share = 2.
 
-The cap k_max on k bounds the work of one search and nothing else: eq. 5 lets k grow to N_g, and with
-k_max = 256 (the default) k may grow with the arm's history up to 256 wherever the geometric term allows.
-A small cap floors the bonus at s sqrt(theta log t / k_max) and the standard deviation of f at
-s / sqrt(k_max), so the policy explores for ever among arms closer than about that: with two
-prompt-independent arms at 0.80 and 0.72 (s ~ 0.42), k_max = 32 left 27.6% of 8000 pulls on the worse
-arm (mean of two seeds), k_max = 256 7.7%, and a cap growing as max(32, ceil(sqrt N_g)) 25.5%
-(docs/policies/knn-ucb.md, "The cap on k").
+The cap K(N_g) on k. k_max bounds the work of one search and nothing else. Below it, the scale-free
+preset lets k grow linearly with the arm's history but keeps it within the nearest half of it once the
+arm holds more than 64 points (k_share = 2; ``K_FLOOR`` = 32 below that). Both halves matter:
+
+- A cap that stops growing floors the bonus at s sqrt(theta log t / K) and the standard deviation of f
+  at s / sqrt(K), so the policy explores for ever among arms closer than about that. With two
+  prompt-independent arms at 0.80 and 0.72 (s ~ 0.42, 8000 pulls, mean of seeds 0 and 1) the share
+  of pulls on the worse arm was 25.5% at k_max = 32, 28.4% under max(32, ceil(sqrt N_g)) (it grows too
+  slowly) and 8.3% under the default K, which grows like N_g / 2 and reaches 256 at 512 points.
+- A cap at the whole history makes f the arm's global mean wherever the geometric term fails to stop
+  the scan. The variogram can miss a real context split: on the embed-text test's 200 prompts behind a
+  shared 1,500-piece prefix (same-topic pairs 0.061 apart, other-topic pairs 0.074) it fits l = 0, and
+  k <= N_g earned 0.51-0.59 a round (seeds 0-2) where 0.5 is random; the default K earned 0.83-0.93.
+
+(docs/policies/knn-ucb.md, "The cap on k".)
 
 Context-free fallback. Until ``min_pairs`` pairs are in, s is the std of all rewards seen and l = 0; a
 fitted slope of 0 (rewards do not vary with the prompt) also gives l = 0. With l = 0, U(k) = s sqrt(theta
-log L / k) decreases in k, so k = min(N_g, k_max): f is the arm's mean reward while N_g <= k_max, and
-beyond that the mean of its k_max nearest points (an unbiased local estimate of the arm's mean when
-rewards do not depend on the prompt, with variance s^2 / k_max), not the mean over the whole history.
+log L / k) decreases in k, so k = K(N_g): f is the arm's mean reward while N_g <= 32, then the mean of
+its K(N_g) nearest points (32 up to 64 points, N_g / 2 up to 512, then k_max = 256): an unbiased
+local estimate of the arm's mean when rewards do not depend on the prompt, with variance s^2 / K(N_g),
+not the mean over the whole history.
 Multiplying every reward by c multiplies s, l, U and f by c, so the decisions do not depend on the
 reward scale.
 
-Hyperparameters (keyword arguments; ``None`` takes the preset's value):
+Hyperparameters (``KnnUCBHyperparameters``; ``None`` takes the preset's value):
     preset      "scale-free" (default) or "paper"
     theta       exploration constant in eq. 4 (scale-free 1.0, paper 1)
     phi         weight of the geometric term (scale-free 1.0, paper 1)
@@ -55,7 +66,8 @@ Hyperparameters (keyword arguments; ``None`` takes the preset's value):
                 scale-free). With log N_g an arm that few rounds chose keeps a fixed bonus however long
                 it is ignored, so it may never be tried again; log t grows and it is retried (UCB1-like).
     k_max       cap on k and on the neighbours one search fetches (default 256): the work bound of a
-                select (docs/policies/knn-ucb.md, "Select budget"), not a statistical choice
+                select (docs/policies/knn-ucb.md, "Select budget"); the preset's k_share (not a keyword)
+                sets the statistical cap K(N_g) below it
     k_init      neighbours an HNSW store fetches first (at least ef_search; doubled as the scan needs)
     window      points kept per arm (default 100000); memory "window" (latest) or "reservoir" (uniform)
     hnsw_at     an arm's index switches from exact IndexFlatIP to HNSW at this many points (default 4096)
@@ -80,9 +92,10 @@ from __future__ import annotations
 import math
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal, Self
 
 import numpy as np
+from pydantic import Field, model_validator
 
 from routers.base import (
     Context,
@@ -91,14 +104,32 @@ from routers.base import (
     PolicyBase,
     argmax_random_tie,
     candidate_arms,
-    require,
 )
-from routers.neighbors import MEMORIES, ArmNeighbors, CompactionJob, KChoice, adaptive_k
+from routers.hyperparameters import (
+    DIM_DESCRIPTION,
+    MAX_COUNT,
+    Count,
+    Dim,
+    Finite,
+    Fraction,
+    Hyperparameters,
+    NonNegative,
+    PositiveCount,
+)
+from routers.neighbors import ArmNeighbors, CompactionJob, KChoice, adaptive_k
 
 PRESETS: dict[str, dict[str, Any]] = {
-    "scale-free": {"theta": 1.0, "phi": 1.0, "phi_t": "const", "scale": "variogram", "log_of": "t"},
-    "paper": {"theta": 1.0, "phi": 1.0, "phi_t": "log", "scale": "none", "log_of": "arm"},
+    "scale-free": {
+        "theta": 1.0,
+        "phi": 1.0,
+        "phi_t": "const",
+        "scale": "variogram",
+        "log_of": "t",
+        "k_share": 2,
+    },
+    "paper": {"theta": 1.0, "phi": 1.0, "phi_t": "log", "scale": "none", "log_of": "arm", "k_share": 1},
 }
+K_FLOOR = 32  # the cap on k (``KnnUCB.k_cap``) never falls below this many neighbours
 PHI_SCHEDULES = ("const", "log", "sqrtlog")
 SCALES = ("variogram", "none")
 TRIGGERS = ("delta", "ucb", "warm", "variance", "random", "none")
@@ -142,105 +173,89 @@ class Variogram:
         return a, b
 
 
+class KnnUCBHyperparameters(Hyperparameters):
+    """kNN-UCB's hyperparameters (module docstring); ``None`` takes the preset's value."""
+
+    preset: Literal["scale-free", "paper"] = "scale-free"
+    theta: NonNegative | None = Field(None, description="exploration constant of eq. 4")
+    phi: NonNegative | None = Field(None, description="weight of the geometric term")
+    phi_t: Literal["const", "log", "sqrtlog"] | None = Field(None, description="schedule of phi(t)")
+    scale: Literal["variogram", "none"] | None = Field(None, description="how s and l are set")
+    log_of: Literal["arm", "t"] | None = Field(None, description="L = N_g (arm) or t")
+    k_max: PositiveCount = Field(256, description="cap on k and on the neighbours one search fetches")
+    k_init: PositiveCount = Field(16, description="neighbours an HNSW store fetches first")
+    window: PositiveCount = Field(100_000, description="points kept per arm")
+    memory: Literal["window", "reservoir"] = "window"
+    hnsw_at: PositiveCount = Field(4096, description="points at which an arm's index becomes HNSW")
+    hnsw_m: Annotated[int, Field(ge=2, le=1024)] = Field(32, description="HNSW graph degree")
+    ef_search: PositiveCount = 32
+    ef_construction: PositiveCount = 80
+    floor: Fraction = Field(0.05, description="lower bound of s, a fraction of the reward std")
+    min_pairs: Annotated[int, Field(ge=2, le=MAX_COUNT)] = Field(30, description="variogram pairs before use")
+    pool: Literal["all", "arm"] = "all"
+    dim: Dim | None = Field(None, description=DIM_DESCRIPTION)
+
+    def resolved(self) -> Self:
+        """The preset's values in place of the ``None`` ones."""
+        base = PRESETS[self.preset]
+        fields = type(self).model_fields  # k_share is the preset's, not a hyperparameter
+        return self.model_copy(update={k: base[k] for k in base if k in fields and getattr(self, k) is None})
+
+
+class BalrogHyperparameters(KnnUCBHyperparameters):
+    """BALROG's hyperparameters: kNN-UCB's and those of its queries (see ``Balrog``)."""
+
+    trigger: Literal["delta", "ucb", "warm", "variance", "random", "none"] = "delta"
+    gap: Literal["index", "estimate"] = "index"
+    budget: Fraction = Field(0.2, description="query budget, a fraction of rounds")
+    horizon: PositiveCount | None = Field(None, description="T: the budget is then floor(budget T)")
+    max_queries: Count | None = Field(None, description="a hard cap as a count")
+    threshold: Finite | None = Field(None, description="fixed trigger threshold; null: calibrated")
+    calib: Annotated[int, Field(ge=10, le=MAX_COUNT)] = Field(1000, description="calibration window")
+    query_k: Annotated[int, Field(ge=2, le=MAX_COUNT)] | None = Field(None, description="models per query")
+
+    @model_validator(mode="after")
+    def _warm_has_a_total(self) -> Self:
+        if self.trigger == "warm" and self.horizon is None and self.max_queries is None:
+            raise ValueError("trigger 'warm' needs horizon or max_queries (a total budget to front-load)")
+        return self
+
+
 class KnnUCB(PolicyBase):
     """kNN-UCB with adaptive k (paper 000, eqs. 3-7); never queries. See the module docstring for the
     formulas and every hyperparameter."""
 
     name: ClassVar[str] = "knn-ucb"
 
-    def __init__(
-        self,
-        arms: Sequence[str] = (),
-        seed: int | None = 0,
-        preset: str = "scale-free",
-        theta: float | None = None,
-        phi: float | None = None,
-        phi_t: str | None = None,
-        scale: str | None = None,
-        log_of: str | None = None,
-        k_max: int = 256,
-        k_init: int = 16,
-        window: int = 100_000,
-        memory: str = "window",
-        hnsw_at: int = 4096,
-        hnsw_m: int = 32,
-        ef_search: int = 32,
-        ef_construction: int = 80,
-        floor: float = 0.05,
-        min_pairs: int = 30,
-        pool: str = "all",
-        dim: int | None = None,
-    ) -> None:
+    hyperparameters: ClassVar[type[Hyperparameters]] = KnnUCBHyperparameters
+
+    def __init__(self, arms: Sequence[str] = (), seed: int | None = 0, **hyperparameters: Any) -> None:
         super().__init__(arms, seed)
-        require(preset in PRESETS, f"preset must be one of {sorted(PRESETS)}, got {preset!r}")
-        base = PRESETS[preset]
-        theta = base["theta"] if theta is None else theta
-        phi = base["phi"] if phi is None else phi
-        phi_t = base["phi_t"] if phi_t is None else phi_t
-        scale = base["scale"] if scale is None else scale
-        log_of = base["log_of"] if log_of is None else log_of
-        require(_is_num(theta) and theta >= 0, f"theta must be a finite number >= 0, got {theta!r}")
-        require(_is_num(phi) and phi >= 0, f"phi must be a finite number >= 0, got {phi!r}")
-        require(phi_t in PHI_SCHEDULES, f"phi_t must be one of {PHI_SCHEDULES}, got {phi_t!r}")
-        require(scale in SCALES, f"scale must be one of {SCALES}, got {scale!r}")
-        require(log_of in ("arm", "t"), f"log_of must be 'arm' or 't', got {log_of!r}")
-        for key, value, low in (
-            ("k_max", k_max, 1),
-            ("k_init", k_init, 1),
-            ("window", window, 1),
-            ("hnsw_at", hnsw_at, 1),
-            ("hnsw_m", hnsw_m, 2),
-            ("ef_search", ef_search, 1),
-            ("ef_construction", ef_construction, 1),
-            ("min_pairs", min_pairs, 2),
-        ):
-            require(_is_int(value) and value >= low, f"{key} must be an int >= {low}, got {value!r}")
-        require(memory in MEMORIES, f"memory must be one of {MEMORIES}, got {memory!r}")
-        require(_is_num(floor) and 0 <= floor <= 1, f"floor must be a number in [0, 1], got {floor!r}")
-        require(dim is None or (_is_int(dim) and dim > 0), f"dim must be a positive int, got {dim!r}")
-        require(pool in ("arm", "all"), f"pool must be 'arm' or 'all', got {pool!r}")
-        self.pool = pool
-        self.preset = preset
-        self.theta, self.phi, self.phi_t, self.scale = float(theta), float(phi), str(phi_t), str(scale)
-        self.log_of = log_of
-        self.k_max, self.k_init = int(k_max), int(k_init)
+        p = self._configure(hyperparameters, KnnUCBHyperparameters)
+        self.pool = p.pool
+        self.preset = p.preset
+        self.theta, self.phi = float(p.theta or 0.0), float(p.phi or 0.0)
+        self.phi_t, self.scale = str(p.phi_t), str(p.scale)
+        self.log_of = str(p.log_of)
+        self.k_max, self.k_init = p.k_max, p.k_init
+        self.k_share = int(PRESETS[self.preset]["k_share"])
         self.store_args = {
-            "capacity": int(window),
-            "memory": memory,
-            "hnsw_at": int(hnsw_at),
-            "hnsw_m": int(hnsw_m),
-            "ef_search": int(ef_search),
-            "ef_construction": int(ef_construction),
+            "capacity": p.window,
+            "memory": p.memory,
+            "hnsw_at": p.hnsw_at,
+            "hnsw_m": p.hnsw_m,
+            "ef_search": p.ef_search,
+            "ef_construction": p.ef_construction,
         }
-        self.floor, self.min_pairs = float(floor), int(min_pairs)
-        self.dim = dim
-        self.config = {
-            "preset": preset,
-            "theta": self.theta,
-            "phi": self.phi,
-            "phi_t": self.phi_t,
-            "scale": self.scale,
-            "log_of": log_of,
-            "k_max": self.k_max,
-            "k_init": self.k_init,
-            "window": int(window),
-            "memory": memory,
-            "hnsw_at": int(hnsw_at),
-            "hnsw_m": int(hnsw_m),
-            "ef_search": int(ef_search),
-            "ef_construction": int(ef_construction),
-            "floor": self.floor,
-            "min_pairs": self.min_pairs,
-            "pool": pool,
-            "dim": dim,
-        }
+        self.floor, self.min_pairs = p.floor, p.min_pairs
+        self.dim = p.dim
         self.t = 0  # rounds selected so far (select increments it first: the current round's t)
         self._t_base = 0  # t of the loaded state: the gateway's round is this plus its decision count
         self.variogram = Variogram()  # pooled over arms
         self._arm_vario: dict[str, Variogram] = {}
         self._stores: dict[str, ArmNeighbors] = {}
         self._init_queries()
-        if dim is not None:
+        if self.dim is not None:
             for arm in self._arms:
                 self._on_add_arm(arm)
 
@@ -298,7 +313,13 @@ class KnnUCB(PolicyBase):
         """Eq. 5 for one warm arm: the early-terminating scan of ``routers.neighbors.adaptive_k``."""
         store = self._stores[arm]
         stat, geo = self.coefficients(len(store), t, scales)
-        return adaptive_k(store, x, stat, geo, self.k_max, self.k_init)
+        return adaptive_k(store, x, stat, geo, self.k_cap(len(store)), self.k_init)
+
+    def k_cap(self, n: int) -> int:
+        """The largest k eq. 5 may take for an arm holding n points: min(k_max, max(K_FLOOR, ceil(n /
+        k_share))), k_share = 2 in the scale-free preset (k within the nearest half of the history once
+        n > 2 K_FLOOR) and 1 in the paper preset (k up to n, eq. 5 as written)."""
+        return min(self.k_max, max(K_FLOOR, math.ceil(n / self.k_share)))
 
     def explain(
         self, arm: str, x: np.ndarray, t: int, scales: tuple[float, float] | None = None
@@ -495,66 +516,19 @@ class Balrog(KnnUCB):
 
     name: ClassVar[str] = "balrog"
 
-    def __init__(
-        self,
-        arms: Sequence[str] = (),
-        seed: int | None = 0,
-        trigger: str = "delta",
-        gap: str = "index",
-        budget: float = 0.2,
-        horizon: int | None = None,
-        max_queries: int | None = None,
-        threshold: float | None = None,
-        calib: int = 1000,
-        query_k: int | None = None,
-        **knn: Any,
-    ) -> None:
-        require(trigger in TRIGGERS, f"trigger must be one of {TRIGGERS}, got {trigger!r}")
-        require(gap in ("index", "estimate"), f"gap must be 'index' or 'estimate', got {gap!r}")
-        require(_is_num(budget) and 0 <= budget <= 1, f"budget must be a number in [0, 1], got {budget!r}")
-        require(
-            horizon is None or (_is_int(horizon) and horizon > 0),
-            f"horizon must be an int > 0, got {horizon!r}",
-        )
-        require(
-            max_queries is None or (_is_int(max_queries) and max_queries >= 0),
-            f"max_queries must be an int >= 0, got {max_queries!r}",
-        )
-        require(
-            trigger != "warm" or horizon is not None or max_queries is not None,
-            "trigger 'warm' needs horizon or max_queries (a total budget to front-load)",
-        )
-        require(
-            threshold is None or _is_num(threshold), f"threshold must be a finite number, got {threshold!r}"
-        )
-        require(_is_int(calib) and calib >= 10, f"calib must be an int >= 10, got {calib!r}")
-        require(
-            query_k is None or (_is_int(query_k) and query_k >= 2),
-            f"query_k must be an int >= 2, got {query_k!r}",
-        )
-        self._query_config: dict[str, Any] = {
-            "trigger": trigger,
-            "gap": gap,
-            "budget": float(budget),
-            "horizon": horizon,
-            "max_queries": max_queries,
-            "threshold": None if threshold is None else float(threshold),
-            "calib": int(calib),
-            "query_k": query_k,
-        }
-        super().__init__(arms, seed, **knn)
-        self.config.update(self._query_config)
+    hyperparameters: ClassVar[type[Hyperparameters]] = BalrogHyperparameters
 
     def _init_queries(self) -> None:
-        q = self._query_config
-        self.trigger = str(q["trigger"])
-        self.gap = str(q["gap"])
-        self.budget = float(q["budget"])
-        self.horizon: int | None = q["horizon"]
-        self.max_queries: int | None = q["max_queries"]
-        self.threshold: float | None = q["threshold"]
-        self.calib = int(q["calib"])
-        self.query_k: int | None = q["query_k"]
+        q = self.params
+        assert isinstance(q, BalrogHyperparameters)
+        self.trigger = q.trigger
+        self.gap = q.gap
+        self.budget = q.budget
+        self.horizon: int | None = q.horizon
+        self.max_queries: int | None = q.max_queries
+        self.threshold: float | None = q.threshold
+        self.calib = q.calib
+        self.query_k: int | None = q.query_k
         self.queries = 0
         self._queries_base = 0  # queries of the loaded state: the gateway's count is this plus its log's
         self._values: list[float] = []  # recent trigger values, oldest first
@@ -659,11 +633,3 @@ class Balrog(KnnUCB):
 
 def _as_vector(embedding: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(embedding, dtype=np.float32).reshape(-1)
-
-
-def _is_num(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)

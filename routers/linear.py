@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
+from pydantic import Field
 
 from routers.base import (
     Context,
@@ -32,41 +33,40 @@ from routers.base import (
     PolicyBase,
     argmax_random_tie,
     candidate_arms,
-    require,
 )
+from routers.hyperparameters import DIM_DESCRIPTION, Dim, Hyperparameters, NonNegative, Positive
+
+
+class LinUCBHyperparameters(Hyperparameters):
+    """LinUCB's hyperparameters."""
+
+    alpha: NonNegative = Field(1.0, description="bonus weight")
+    ridge: Positive = Field(1.0, description="ridge lambda of A_a = lambda I + sum x x^T")
+    dim: Dim | None = Field(None, description=DIM_DESCRIPTION)
+    shared: bool = Field(False, description="one model over [x ; one-hot(arm)] instead of one per arm")
 
 
 class LinUCB(PolicyBase):
-    """Disjoint LinUCB. Hyperparameters: ``alpha`` (bonus weight, >= 0), ``ridge`` (lambda > 0), ``dim``
-    (context dimension; inferred from the first context when omitted), ``shared`` (False: one model per
-    arm; True: one model over [x ; one-hot(arm)], see the module docstring)."""
+    """Disjoint LinUCB. Hyperparameters (``LinUCBHyperparameters``): ``alpha`` (bonus weight, >= 0),
+    ``ridge`` (lambda > 0), ``dim`` (context dimension; inferred from the first context when omitted),
+    ``shared`` (False: one model per arm; True: one model over [x ; one-hot(arm)], see the module
+    docstring)."""
 
     name: ClassVar[str] = "linucb"
+    hyperparameters: ClassVar[type[Hyperparameters]] = LinUCBHyperparameters
 
-    def __init__(
-        self,
-        arms: Sequence[str] = (),
-        seed: int | None = 0,
-        alpha: float = 1.0,
-        ridge: float = 1.0,
-        dim: int | None = None,
-        shared: bool = False,
-    ) -> None:
+    def __init__(self, arms: Sequence[str] = (), seed: int | None = 0, **hyperparameters: Any) -> None:
         super().__init__(arms, seed)
-        require(isinstance(shared, bool), f"shared must be true or false, got {shared!r}")
-        self.shared = shared
+        p = self._configure(hyperparameters, LinUCBHyperparameters)
+        self.shared = p.shared
         self._slots: dict[str, int] = {}
-        require(np.isfinite(alpha) and alpha >= 0, f"alpha must be a finite number >= 0, got {alpha!r}")
-        require(np.isfinite(ridge) and ridge > 0, f"ridge must be a finite number > 0, got {ridge!r}")
-        require(dim is None or (isinstance(dim, int) and dim > 0), f"dim must be a positive int, got {dim!r}")
-        self.alpha = float(alpha)
-        self.ridge = float(ridge)
-        self.dim = dim
-        self.config = {"alpha": self.alpha, "ridge": self.ridge, "dim": dim, "shared": shared}
+        self.alpha = p.alpha
+        self.ridge = p.ridge
+        self.dim = p.dim
         self._a_inv: dict[str, np.ndarray] = {}
         self._b: dict[str, np.ndarray] = {}
         self._n: dict[str, int] = {}
-        if dim is not None:
+        if self.dim is not None:
             for arm in self._arms:
                 self._on_add_arm(arm)
 

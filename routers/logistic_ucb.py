@@ -46,9 +46,10 @@ import math
 from collections import Counter, OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
+from pydantic import Field
 from scipy.special import expit
 
 from routers.base import (
@@ -60,19 +61,33 @@ from routers.base import (
     candidate_arms,
     require,
 )
+from routers.hyperparameters import (
+    DIM_DESCRIPTION,
+    Count,
+    Dim,
+    Hyperparameters,
+    NonNegative,
+    Positive,
+    PositiveCount,
+    Prices,
+)
 from routers.kernel_logistic import RBFLogisticArm
 from routers.logistic_fit import LinearLogisticArm
-from routers.prices import call_costs, validate_prices
+from routers.prices import call_costs
 
 ArmModel = LinearLogisticArm | RBFLogisticArm
+DECLINED = "no arm worth its cost"  # ``Decision.info["reason"]`` of a stop by Eq. 2's rule
 
 
-def require_cascade_settings(cost_weight: float, max_calls: int) -> None:
-    """Validate lambda and tau_max, shared by PromptWise and the cascade baselines."""
-    require(np.isfinite(cost_weight) and cost_weight >= 0, f"cost_weight must be >= 0, got {cost_weight!r}")
-    require(
-        isinstance(max_calls, int) and max_calls >= 1, f"max_calls must be an int >= 1, got {max_calls!r}"
+class CascadeHyperparameters(Hyperparameters):
+    """The cascade settings shared by PromptWise and the cascade baselines."""
+
+    cost_weight: NonNegative = Field(0.05, description="lambda: reward units per USD")
+    max_calls: PositiveCount = Field(5, description="tau_max: calls per prompt")
+    prices: Prices = Field(
+        default_factory=dict, description="{model: USD per call} when Context.costs lacks one"
     )
+    allow_repeat: bool = Field(False, description="may call a model already tried for the prompt")
 
 
 def call_budget(context: Context, default: int) -> int:
@@ -104,6 +119,27 @@ class OpenStep:
     pending: list[tuple[str, np.ndarray, float]] = field(default_factory=list)  # Alg. 2: not folded yet
 
 
+class PromptWiseHyperparameters(CascadeHyperparameters):
+    """PromptWise's hyperparameters (see ``PromptWise``)."""
+
+    alpha: NonNegative | None = Field(None, description="UCB weight; null: log(|A| / delta)")
+    delta: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] = 0.05
+    ridge: Positive = Field(1.0, description="gamma of V_a = gamma I + sum x x^T")
+    tau_exp: Count = Field(1, description="forced exploration pulls per arm")
+    per_step_update: bool = Field(False, description="Algorithm 2: fold a step's observations at its end")
+    update: Literal["online", "exact"] = "online"
+    refit_growth: Annotated[float, Field(gt=1, allow_inf_nan=False)] = 1.5
+    max_history: Count = 20000
+    bias: bool = Field(False, description="append a constant feature")
+    dim: Dim | None = Field(None, description=DIM_DESCRIPTION)
+    kernel: Literal["linear", "rbf"] = "linear"
+    bandwidth: Positive = Field(1.0, description="RBF sigma")
+    kernel_reg: Positive = Field(1.0, description="RBF alpha_reg")
+    max_points: PositiveCount = Field(256, description="RBF points kept per arm")
+    scale_rbf_bonus: bool = False
+    max_open_decisions: PositiveCount = Field(1024, description="LRU bound on per-decision records")
+
+
 class PromptWise(PolicyBase):
     """PromptWise (Alg. 1) and its variants. Hyperparameters:
 
@@ -123,102 +159,24 @@ class PromptWise(PolicyBase):
     name: ClassVar[str] = "promptwise"
     cost_aware: ClassVar[bool] = True
 
-    def __init__(
-        self,
-        arms: Sequence[str] = (),
-        seed: int | None = 0,
-        cost_weight: float = 0.05,
-        max_calls: int = 5,
-        prices: Mapping[str, float] | None = None,
-        alpha: float | None = None,
-        delta: float = 0.05,
-        ridge: float = 1.0,
-        tau_exp: int = 1,
-        per_step_update: bool = False,
-        allow_repeat: bool = False,
-        update: Literal["online", "exact"] = "online",
-        refit_growth: float = 1.5,
-        max_history: int = 20000,
-        bias: bool = False,
-        dim: int | None = None,
-        kernel: Literal["linear", "rbf"] = "linear",
-        bandwidth: float = 1.0,
-        kernel_reg: float = 1.0,
-        max_points: int = 256,
-        scale_rbf_bonus: bool = False,
-        max_open_decisions: int = 1024,
-    ) -> None:
+    hyperparameters: ClassVar[type[Hyperparameters]] = PromptWiseHyperparameters
+
+    def __init__(self, arms: Sequence[str] = (), seed: int | None = 0, **hyperparameters: Any) -> None:
         super().__init__(arms, seed)
-        finite = np.isfinite
-        require_cascade_settings(cost_weight, max_calls)
-        require(alpha is None or (finite(alpha) and alpha >= 0), f"alpha must be None or >= 0, got {alpha!r}")
-        require(finite(delta) and 0 < delta < 1, f"delta must be in (0, 1), got {delta!r}")
-        require(finite(ridge) and ridge > 0, f"ridge must be > 0, got {ridge!r}")
-        require(isinstance(tau_exp, int) and tau_exp >= 0, f"tau_exp must be an int >= 0, got {tau_exp!r}")
-        require(update in ("online", "exact"), f"update must be 'online' or 'exact', got {update!r}")
-        require(finite(refit_growth) and refit_growth > 1, f"refit_growth must be > 1, got {refit_growth!r}")
-        require(
-            isinstance(max_history, int) and max_history >= 0,
-            f"max_history must be an int >= 0, got {max_history!r}",
-        )
-        require(dim is None or (isinstance(dim, int) and dim > 0), f"dim must be a positive int, got {dim!r}")
-        require(kernel in ("linear", "rbf"), f"kernel must be 'linear' or 'rbf', got {kernel!r}")
-        require(finite(bandwidth) and bandwidth > 0, f"bandwidth must be > 0, got {bandwidth!r}")
-        require(finite(kernel_reg) and kernel_reg > 0, f"kernel_reg must be > 0, got {kernel_reg!r}")
-        require(
-            isinstance(max_points, int) and max_points >= 1,
-            f"max_points must be an int >= 1, got {max_points!r}",
-        )
-        require(
-            isinstance(max_open_decisions, int) and max_open_decisions >= 1,
-            f"max_open_decisions must be an int >= 1, got {max_open_decisions!r}",
-        )
-        self.cost_weight = float(cost_weight)
-        self.max_calls = max_calls
-        self.prices = validate_prices(prices)
-        self.alpha = None if alpha is None else float(alpha)
-        self.delta = float(delta)
-        self.ridge = float(ridge)
-        self.tau_exp = tau_exp
-        self.per_step_update = bool(per_step_update)
-        self.allow_repeat = bool(allow_repeat)
-        self.update_mode = update
-        self.refit_growth = float(refit_growth)
-        self.max_history = max_history
-        self.bias = bool(bias)
-        self.kernel = kernel
-        self.bandwidth = float(bandwidth)
-        self.kernel_reg = float(kernel_reg)
-        self.max_points = max_points
-        self.scale_rbf_bonus = bool(scale_rbf_bonus)
-        self.dim = dim
-        self.config = {
-            "cost_weight": self.cost_weight,
-            "max_calls": max_calls,
-            "prices": dict(self.prices),
-            "alpha": self.alpha,
-            "delta": self.delta,
-            "ridge": self.ridge,
-            "tau_exp": tau_exp,
-            "per_step_update": self.per_step_update,
-            "allow_repeat": self.allow_repeat,
-            "update": update,
-            "refit_growth": self.refit_growth,
-            "max_history": max_history,
-            "bias": self.bias,
-            "dim": dim,
-            "kernel": kernel,
-            "bandwidth": self.bandwidth,
-            "kernel_reg": self.kernel_reg,
-            "max_points": max_points,
-            "scale_rbf_bonus": self.scale_rbf_bonus,
-            "max_open_decisions": max_open_decisions,
-        }
-        self.max_open_decisions = max_open_decisions
+        p = self._configure(hyperparameters, PromptWiseHyperparameters)
+        # the cascade (Alg. 1)
+        self.cost_weight, self.max_calls, self.prices = p.cost_weight, p.max_calls, dict(p.prices)
+        self.tau_exp, self.per_step_update, self.allow_repeat = p.tau_exp, p.per_step_update, p.allow_repeat
+        self.max_open_decisions = p.max_open_decisions
+        # the per-arm models (Eq. 6): UCB, linear fit, RBF kernel
+        self.alpha, self.delta, self.ridge, self.bias, self.dim = p.alpha, p.delta, p.ridge, p.bias, p.dim
+        self.update_mode, self.refit_growth, self.max_history = p.update, p.refit_growth, p.max_history
+        self.kernel, self.bandwidth, self.kernel_reg = p.kernel, p.bandwidth, p.kernel_reg
+        self.max_points, self.scale_rbf_bonus = p.max_points, p.scale_rbf_bonus
         self._models: dict[str, ArmModel] = {}
         # per decision key, least recently updated first
         self._steps: OrderedDict[str | None, OpenStep] = OrderedDict()
-        if dim is not None:
+        if self.dim is not None:
             for arm in self._arms:
                 self._on_add_arm(arm)
 
@@ -303,9 +261,7 @@ class PromptWise(PolicyBase):
         costs = call_costs(arms, context, self.prices)
         scores = {a: self.explain(a, x, float(c)) for a, c in zip(arms, costs, strict=True)}
         if max(s["gain"] for s in scores.values()) <= 0:
-            return Decision(
-                arms=[], scores=scores, info={"reason": "no arm worth its cost", "calls": calls}, **stop
-            )
+            return Decision(arms=[], scores=scores, info={"reason": DECLINED, "calls": calls}, **stop)
         cost = np.array([scores[a]["cost"] for a in arms])
         q = np.array([scores[a]["q"] for a in arms])
         chosen = arms[cheapest_per_success(cost, q, rng)]
@@ -320,12 +276,16 @@ class PromptWise(PolicyBase):
     def update(self, observation: Observation) -> None:
         """Fold one call's outcome r in [0, 1] (``bandit`` or ``cascade-step``; a ``query`` too) into the
         arm's model at this prompt, and into its decision's record (see the module doc). Under
-        ``per_step_update`` it waits for the step to end."""
+        ``per_step_update`` it waits for the step to end. An ``offline`` outcome (a warm-start log row)
+        belongs to no decision: it goes into the arm's model at once."""
         if observation.reward is None or observation.arm not in self._arms:
             return
         arm, key = observation.arm, observation.decision_key
         x = self._features(observation.embedding)
         r = min(max(float(observation.reward), 0.0), 1.0)
+        if observation.kind == "offline":  # a logged outcome: part of no cascade step, folded at once
+            self._models[arm].observe(x, r)
+            return
         step = self._steps.pop(key, None)  # re-inserted last: the most recently updated
         if step is None and key is None:  # unkeyed feedback outside a step opened by a select
             self._models[arm].observe(x, r)

@@ -26,21 +26,37 @@ and drops the /2 in its mixture variants only; neither is copied.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal, Self
 
 import numpy as np
+from pydantic import Field, model_validator
 
 from routers.base import Context, Decision, Observation, PolicyBase, candidate_arms, require
-from routers.diversity import OBJECTIVES, KernelQuadraticObjective, MixtureObjective, build_objective
+from routers.diversity import KernelQuadraticObjective, MixtureObjective, build_objective
+from routers.hyperparameters import (
+    MAX_DIM,
+    Dim,
+    Finite,
+    Hyperparameters,
+    NonNegative,
+    Positive,
+    PositiveCount,
+)
 from routers.simplex import clean_weights, exponentiated_gradient, minimize_on_simplex, solve_simplex_qp
 
-
-def _finite_nonneg(value: float, name: str) -> float:
-    require(
-        isinstance(value, int | float) and np.isfinite(value) and value >= 0,
-        f"{name} must be a finite number >= 0, got {value!r}",
-    )
-    return float(value)
+# the hyperparameters that configure the objective (routers.diversity.build_objective)
+OBJECTIVE_OPTIONS: tuple[str, ...] = (
+    "objective",
+    "bandwidth",
+    "reference",
+    "quality",
+    "quality_weight",
+    "quality_k",
+    "feature",
+    "rff_dim",
+    "max_samples_per_arm",
+    "fd_eps",
+)
 
 
 def quadratic_terms(objective: MixtureObjective, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -48,6 +64,49 @@ def quadratic_terms(objective: MixtureObjective, idx: np.ndarray) -> tuple[np.nd
     require(isinstance(objective, KernelQuadraticObjective), f"objective {objective.name!r} is not quadratic")
     assert isinstance(objective, KernelQuadraticObjective)
     return objective.quadratic_terms(idx)
+
+
+class MixtureHyperparameters(Hyperparameters):
+    """The objective and warm-up hyperparameters of every mixture policy (see ``MixturePolicyBase``)."""
+
+    objective: Literal["rke", "kid", "vendi", "fd"] = "rke"
+    bandwidth: Positive = Field(1.0, description="Gaussian sigma, on the raw embedding scale")
+    reference: list[Annotated[list[Finite], Field(min_length=1, max_length=MAX_DIM)]] | None = Field(
+        None, min_length=1, description="reference embeddings (rows), for kid, fd and quality terms"
+    )
+    quality: Literal["precision", "density"] | None = None
+    quality_weight: NonNegative = Field(0.0, description="lambda, the weight of the quality term")
+    quality_k: PositiveCount = 5
+    feature: Literal["cosine", "rff"] = Field("cosine", description="vendi's feature map")
+    rff_dim: Dim = 256
+    max_samples_per_arm: PositiveCount | None = Field(4096, description="reservoir cap; null: keep all")
+    fd_eps: NonNegative = 1e-6
+    init_pulls: PositiveCount = Field(5, description="n0, warm-up pulls per arm")
+    max_missing_outputs: PositiveCount | None = Field(None, description="null: 2 n0")
+
+    @model_validator(mode="after")
+    def _rows_alike(self) -> Self:
+        if self.reference is not None and len({len(row) for row in self.reference}) > 1:
+            raise ValueError("reference rows must all have the same length")
+        return self
+
+
+class UCBHyperparameters(MixtureHyperparameters):
+    """The bonus of the UCB mixture policies (see ``UCBPolicyBase``)."""
+
+    delta_l: NonNegative = 0.6
+    beta: NonNegative = 1.0
+    delta_kappa: NonNegative = 0.0
+    delta_g: NonNegative = 0.4
+
+
+class MixtureGreedyHyperparameters(MixtureHyperparameters):
+    """Mixture-Greedy's hyperparameters (see ``MixtureGreedy``)."""
+
+    solver: Literal["exact", "eg"] = "exact"
+    eg_steps: PositiveCount = 10
+    eg_eta: Positive = 0.1
+    alpha_floor: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] = 0.0
 
 
 class MixturePolicyBase(PolicyBase):
@@ -64,53 +123,19 @@ class MixturePolicyBase(PolicyBase):
 
     name: ClassVar[str] = "mixture-base"
 
-    def __init__(
-        self,
-        arms: Sequence[str] = (),
-        seed: int | None = 0,
-        objective: str = "rke",
-        bandwidth: float = 1.0,
-        reference: Sequence[Sequence[float]] | np.ndarray | None = None,
-        quality: str | None = None,
-        quality_weight: float = 0.0,
-        quality_k: int = 5,
-        feature: str = "cosine",
-        rff_dim: int = 256,
-        max_samples_per_arm: int | None = 4096,
-        fd_eps: float = 1e-6,
-        init_pulls: int = 5,
-        max_missing_outputs: int | None = None,
-    ) -> None:
+    hyperparameters: ClassVar[type[Hyperparameters]] = MixtureHyperparameters
+
+    def __init__(self, arms: Sequence[str] = (), seed: int | None = 0, **hyperparameters: Any) -> None:
         super().__init__(arms, seed)
-        require(objective in OBJECTIVES, f"objective must be one of {OBJECTIVES}, got {objective!r}")
-        require(
-            isinstance(init_pulls, int) and init_pulls >= 1,
-            f"init_pulls must be an int >= 1, got {init_pulls!r}",
-        )
-        require(
-            max_missing_outputs is None
-            or (isinstance(max_missing_outputs, int) and max_missing_outputs >= 1),
-            f"max_missing_outputs must be None or an int >= 1, got {max_missing_outputs!r}",
-        )
-        ref_list = None if reference is None else np.asarray(reference, dtype=np.float64).tolist()
-        options: dict[str, Any] = {
-            "objective": objective,
-            "bandwidth": float(bandwidth),
-            "reference": ref_list,
-            "quality": quality,
-            "quality_weight": float(quality_weight),
-            "quality_k": quality_k,
-            "feature": feature,
-            "rff_dim": rff_dim,
-            "max_samples_per_arm": max_samples_per_arm,
-            "fd_eps": float(fd_eps),
-        }
+        p = self._configure(hyperparameters, MixtureHyperparameters)
+        options = p.model_dump(include=set(OBJECTIVE_OPTIONS))
         self.objective: MixtureObjective = build_objective(**options, seed=seed)
         for arm in self._arms:
             self.objective.add_arm(arm)
-        self.init_pulls = init_pulls
-        self.max_missing_outputs = 2 * init_pulls if max_missing_outputs is None else max_missing_outputs
-        self.config = {**options, "init_pulls": init_pulls, "max_missing_outputs": max_missing_outputs}
+        self.init_pulls = p.init_pulls
+        self.max_missing_outputs = (
+            2 * p.init_pulls if p.max_missing_outputs is None else p.max_missing_outputs
+        )
         self._last_weights: dict[str, float] = {}  # last solution: warm start of the next solve
         self._missing: dict[str, int] = {}  # per arm: feedbacks that carried no output embedding
 
@@ -217,29 +242,13 @@ class UCBPolicyBase(MixturePolicyBase):
     ``delta_kappa`` (0.0), ``delta_g`` (0.4); defaults are the public code's tuned values, with the
     paper's /2 under the square root kept in every variant."""
 
-    def __init__(
-        self,
-        arms: Sequence[str] = (),
-        seed: int | None = 0,
-        delta_l: float = 0.6,
-        beta: float = 1.0,
-        delta_kappa: float = 0.0,
-        delta_g: float = 0.4,
-        **objective_options: Any,
-    ) -> None:
-        super().__init__(arms, seed, **objective_options)
-        self.delta_l = _finite_nonneg(delta_l, "delta_l")
-        self.beta = _finite_nonneg(beta, "beta")
-        self.delta_kappa = _finite_nonneg(delta_kappa, "delta_kappa")
-        self.delta_g = _finite_nonneg(delta_g, "delta_g")
-        self.config.update(
-            {
-                "delta_l": self.delta_l,
-                "beta": self.beta,
-                "delta_kappa": self.delta_kappa,
-                "delta_g": self.delta_g,
-            }
-        )
+    hyperparameters: ClassVar[type[Hyperparameters]] = UCBHyperparameters
+
+    def __init__(self, arms: Sequence[str] = (), seed: int | None = 0, **hyperparameters: Any) -> None:
+        super().__init__(arms, seed, **hyperparameters)
+        p = self.params
+        assert isinstance(p, UCBHyperparameters)
+        self.delta_l, self.beta, self.delta_kappa, self.delta_g = p.delta_l, p.beta, p.delta_kappa, p.delta_g
 
     def bonus(self, idx: np.ndarray) -> np.ndarray:
         """eps_i = delta_l sqrt(beta log t / (2 n_i)) + delta_kappa / n_i + lambda delta_g / n_i."""
@@ -371,29 +380,17 @@ class MixtureGreedy(MixturePolicyBase):
 
     name: ClassVar[str] = "mixture-greedy"
 
-    def __init__(
-        self,
-        arms: Sequence[str] = (),
-        seed: int | None = 0,
-        solver: str = "exact",
-        eg_steps: int = 10,
-        eg_eta: float = 0.1,
-        alpha_floor: float = 0.0,
-        **objective_options: Any,
-    ) -> None:
-        super().__init__(arms, seed, **objective_options)
-        require(solver in ("exact", "eg"), f"solver must be 'exact' or 'eg', got {solver!r}")
-        require(
-            isinstance(eg_steps, int) and eg_steps >= 1, f"eg_steps must be an int >= 1, got {eg_steps!r}"
-        )
-        require(np.isfinite(eg_eta) and eg_eta > 0, f"eg_eta must be > 0, got {eg_eta!r}")
-        require(0 <= alpha_floor < 1, f"alpha_floor must be in [0, 1), got {alpha_floor!r}")
-        self.solver = solver
-        self.eg_steps = eg_steps
-        self.eg_eta = float(eg_eta)
-        self.alpha_floor = float(alpha_floor)
-        self.config.update(
-            {"solver": solver, "eg_steps": eg_steps, "eg_eta": self.eg_eta, "alpha_floor": self.alpha_floor}
+    hyperparameters: ClassVar[type[Hyperparameters]] = MixtureGreedyHyperparameters
+
+    def __init__(self, arms: Sequence[str] = (), seed: int | None = 0, **hyperparameters: Any) -> None:
+        super().__init__(arms, seed, **hyperparameters)
+        p = self.params
+        assert isinstance(p, MixtureGreedyHyperparameters)
+        self.solver, self.eg_steps, self.eg_eta, self.alpha_floor = (
+            p.solver,
+            p.eg_steps,
+            p.eg_eta,
+            p.alpha_floor,
         )
 
     def weights(self, arms: list[str], idx: np.ndarray) -> np.ndarray:

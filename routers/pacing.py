@@ -8,13 +8,20 @@ many worlds: dual mirror descent for online allocation problems", Algorithm 1 wi
 reference function, where the mirror step is the projected gradient step below). After each folded cost
 observation with cost c:
 
-    lambda <- max(lambda_min, lambda + eta (c - target))   for a ``bandit`` observation (a new request)
-    lambda <- max(lambda_min, lambda + eta c)               for a ``query`` / ``cascade-step`` observation
-                                                            (more spend of a request already counted)
+    lambda <- max(lambda_min, lambda + eta (c - target))   for the first cost of a request
+    lambda <- max(lambda_min, lambda + eta c)               for every later cost of that request
 
-with the constant step eta = ``pacing_rate`` / target^2. The gradient of the dual function at lambda is
+and no step for an ``offline`` observation (a logged outcome imported as a warm start: money spent
+before this router existed, not by it; ``CostEstimates`` still learns the arm's cost from it), with
+the constant step eta = ``pacing_rate`` / target^2. The gradient of the dual function at lambda is
 target - c_t (Balseiro et al., eq. (4): the subgradient g_t = rho - b_t(x_t)), so spend above target
 raises lambda and spend below lowers it, floored at lambda_min (the ``cost_weight``, 0 by default).
+
+A request is a decision: the first cost observation carrying a ``decision_key`` not seen before opens
+it; later costs with the same key (a BALROG probe's, a cascade's later steps, whatever their kind) are
+more spend of that request. The keys of the last ``REQUEST_MEMORY`` requests are remembered (and kept in
+the state, so replicas and snapshots agree). An observation without a key (a caller that keys nothing)
+opens a request iff its kind is ``bandit`` (``query`` and ``cascade-step`` add to the current one).
 
 Why this eta. lambda is in reward units per USD, so lambda x target is in reward units; with
 eta = pacing_rate / target^2 one step moves lambda x target by pacing_rate x (c / target - 1): a number
@@ -34,6 +41,12 @@ units: it assumes rewards of order 1 (in [0, 1]); scale it with the rewards.
 lambda_t is a pure function of the folded cost observations in fold order: ``select`` never touches it,
 so replicas folding the same events play the same multiplier.
 
+Why count per decision, not per ``bandit`` observation: in the gateway every call's cost is a ``cost``
+event (folded as a ``bandit`` observation), a BALROG probe's and a judged cascade's later steps
+included, so counting observations would count each probe and each step as a request and under-state the
+spend per request; in ``bench run`` a PromptWise cascade reports every step as ``cascade-step`` and would
+count no request at all.
+
 ``CostEstimates`` keeps, per arm, n, sum and sum of squares of the observed costs and gives the
 optimistic expected cost of an arm without a price: its lower confidence bound
 
@@ -46,6 +59,7 @@ with z = ``cost_confidence``: an arm whose price is unknown looks no dearer than
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -54,6 +68,13 @@ from routers.base import Observation, require
 
 def finite_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+REQUEST_MEMORY = 4096
+"""Decision keys remembered to tell a request's first cost from its later ones. A decision's costs
+arrive within seconds of each other (the answer's at once, probes and cascade steps shortly after);
+4096 open requests cover that at hundreds of requests per second, and a cost that arrives later counts
+as one more request (the pacer then under-states the spend per request a little)."""
 
 
 class DualPacer:
@@ -75,25 +96,52 @@ class DualPacer:
         self.multiplier = self.floor
         self.requests = 0
         self.spent = 0.0
+        self.recent: OrderedDict[str, None] = OrderedDict()  # keys of the requests counted, oldest first
+
+    def opens_request(self, observation: Observation) -> bool:
+        """Whether this cost is the first of its request (module docstring); remembers its key."""
+        key = observation.decision_key
+        if key is None:
+            return observation.kind == "bandit"
+        key = str(key)
+        if key in self.recent:
+            return False
+        self.recent[key] = None
+        while len(self.recent) > REQUEST_MEMORY:
+            self.recent.popitem(last=False)
+        return True
 
     def update(self, observation: Observation) -> None:
-        """One projected dual step per folded cost (module docstring); no cost: nothing."""
-        if observation.cost is None:
+        """One projected dual step per folded cost (module docstring); no cost, or an ``offline``
+        observation (not this router's spend): nothing."""
+        if observation.cost is None or observation.kind == "offline":
             return
         cost = float(observation.cost)
-        new_request = observation.kind == "bandit"
+        new_request = self.opens_request(observation)
         gradient = cost - self.target if new_request else cost
         self.multiplier = max(self.floor, self.multiplier + self.eta * gradient)
         self.requests += int(new_request)
         self.spent += cost
 
+    @property
+    def spend_per_request(self) -> float | None:
+        """The running mean spend per request the pacer steers to the target (None before any)."""
+        return self.spent / self.requests if self.requests else None
+
     def state(self) -> dict[str, Any]:
-        return {"multiplier": self.multiplier, "requests": self.requests, "spent": self.spent}
+        return {
+            "multiplier": self.multiplier,
+            "requests": self.requests,
+            "spent": self.spent,
+            "recent": list(self.recent),
+        }
 
     def load(self, state: Mapping[str, Any]) -> None:
+        """Also loads a state saved before requests were keyed (no ``recent``)."""
         self.multiplier = float(state["multiplier"])
         self.requests = int(state["requests"])
         self.spent = float(state["spent"])
+        self.recent = OrderedDict((str(k), None) for k in state.get("recent", []))
 
 
 class CostEstimates:

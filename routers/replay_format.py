@@ -21,7 +21,7 @@ import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import IO, Any, Protocol
 
 CHARS_PER_TOKEN = 4
 DEFAULT_TOKENS_OUT = 256
@@ -62,6 +62,13 @@ def decision_key(decision_id: str, request_seed: int | None = None) -> int:
     request ``seed`` when it sent one, else the decision id's first 64 bits. ``bench e2e`` sends round t
     as the seed, so the gateway draws what the simulator's ``round_rng(t)`` draws."""
     return int(request_seed) if request_seed is not None else int(decision_id[:16], 16)
+
+
+def offline_row_id(prompt_id: str, model: str) -> str:
+    """The id of one logged (prompt, model) outcome uploaded as a warm start: ``<prompt id>/<model>``.
+    ``banditgate warm-start --dataset`` and ``bench run --warm-start`` name rows by it; the gateway keeps
+    one offline event per (router, row id), so uploading a dataset twice learns it once."""
+    return f"{prompt_id}/{model}"
 
 
 class DatasetError(ValueError):
@@ -146,19 +153,29 @@ def read_models(path: Path) -> ModelsFile:
     )
 
 
+def json_objects(handle: IO[bytes], path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, object)`` for each non-empty line of a JSONL file opened in binary mode (so that
+    ``handle.tell()`` stays usable between lines); a DatasetError names the line that is not a JSON
+    object."""
+    for line_no, line in enumerate(handle, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DatasetError(f"{path}:{line_no}: {exc}") from exc
+        if not isinstance(row, dict):
+            raise DatasetError(f"{path}:{line_no}: a row must be a JSON object")
+        yield line_no, row
+
+
 def read_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """``(line number, row)`` for each non-empty line of ``rows.jsonl``; every row is an object with a
     string ``prompt`` (a DatasetError names the line otherwise)."""
     if not path.is_file():
         raise DatasetError(f"{path}: no such file")
-    with path.open(encoding="utf-8") as handle:
-        for line_no, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DatasetError(f"{path}:{line_no}: {exc}") from exc
-            if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
+    with path.open("rb") as handle:
+        for line_no, row in json_objects(handle, path):
+            if not isinstance(row.get("prompt"), str):
                 raise DatasetError(f"{path}:{line_no}: a row must be an object with a string 'prompt'")
             yield line_no, row

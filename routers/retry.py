@@ -10,34 +10,40 @@ PromptWise's experiments (spec section 5.3).
 ``retrying(cls)`` wraps a policy class into a registry factory with two extra hyperparameters, ``retry``
 (default False: the plain policy) and ``max_calls`` (5); the factory's ``from_state`` restores both forms,
 so ``registry.restore_policy`` works unchanged. Wire a policy as ``POLICIES["pak-ucb"] = retrying(PAKUCB)``.
+Its state is a ``routers.wrapper.PolicyWrapper`` state (``config`` and ``seed`` at the top, the inner
+config with ``retry`` and ``max_calls`` on it, so an imported state rebuilds the cascade); states saved
+before, ``{"policy", "retry": {"max_calls"}, "inner"}``, still load.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any, ClassVar
 
-from routers.base import Context, Decision, Observation, Policy, PolicyConfigError, candidate_arms, require
+from pydantic import Field
+
+from routers.base import Context, Decision, Policy, candidate_arms, require
+from routers.hyperparameters import Hyperparameters, PositiveCount, combine, model_of, registry_factory
 from routers.logistic_ucb import call_budget
+from routers.wrapper import PolicyWrapper
 
 
-class RetryCascade:
+class RetryCascade(PolicyWrapper):
     """An adaptive cascade over an inner single-choice policy (see the module doc)."""
 
-    cost_aware: ClassVar[bool] = False
+    key: ClassVar[str] = "retry"
+    makes_cascade: ClassVar[bool] = True
 
     def __init__(self, inner: Policy, max_calls: int = 5) -> None:
+        super().__init__(inner, "retry")
         require(
             isinstance(max_calls, int) and max_calls >= 1, f"max_calls must be an int >= 1, got {max_calls!r}"
         )
-        self.inner = inner
         self.max_calls = max_calls
-        self.name = inner.name  # type: ignore[misc]
-
-    @property
-    def arms(self) -> list[str]:
-        return self.inner.arms
+        # the router's hyperparameters that rebuild this cascade (``config`` puts them on the inner's)
+        self.settings = {"retry": True, "max_calls": max_calls}
 
     def select(self, context: Context) -> Decision:
         """The inner policy's choice among untried arms; ``arms=[]`` once ``max_calls`` calls were made."""
@@ -57,47 +63,39 @@ class RetryCascade:
             info={**decision.info, "retry": True},
         )
 
-    def update(self, observation: Observation) -> None:
-        self.inner.update(observation)
-
-    def add_arm(self, arm: str) -> None:
-        self.inner.add_arm(arm)
-
-    def remove_arm(self, arm: str) -> None:
-        self.inner.remove_arm(arm)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "policy": self.inner.name,
-            "retry": {"max_calls": self.max_calls},
-            "inner": self.inner.state_dict(),
-        }
-
     @classmethod
-    def from_state(
-        cls, state: Mapping[str, Any]
-    ) -> Policy:  # pragma: no cover - use retrying(...).from_state
-        raise PolicyConfigError("restore a retry cascade through its registry factory")
+    def restore(cls, inner: Policy, state: Mapping[str, Any]) -> RetryCascade:
+        """From ``state["retry"]``: ``{"config": {"retry", "max_calls"}}``, or ``{"max_calls"}`` as
+        states saved before the cascade was a ``PolicyWrapper`` have it."""
+        settings = state.get("config", state)
+        return cls(inner, int(settings["max_calls"]))
+
+
+class RetryHyperparameters(Hyperparameters):
+    """The keys ``retrying`` adds to a policy's own."""
+
+    retry: bool = Field(False, description="an adaptive till-succeed cascade over the policy")
+    max_calls: PositiveCount = Field(5, description="calls per prompt of the cascade")
+
+
+RETRY_KEYS: tuple[str, ...] = tuple(RetryHyperparameters.model_fields)
 
 
 def retrying(policy_cls: Any) -> Callable[..., Policy]:
     """A registry factory for ``policy_cls`` with the extra hyperparameters ``retry`` and ``max_calls``."""
+    model = combine(f"{policy_cls.__name__}RetryHyperparameters", model_of(policy_cls), RetryHyperparameters)
 
-    def factory(
-        arms: Sequence[str] = (), seed: int | None = 0, retry: bool = False, max_calls: int = 5, **hyper: Any
-    ) -> Policy:
-        require(isinstance(retry, bool), f"retry must be a bool, got {retry!r}")
-        inner: Policy = policy_cls(arms=arms, seed=seed, **hyper)
-        return RetryCascade(inner, max_calls) if retry else inner  # type: ignore[return-value]
+    def factory(arms: Sequence[str] = (), seed: int | None = 0, **hyper: Any) -> Policy:
+        params = model.parse(hyper)
+        assert isinstance(params, RetryHyperparameters)
+        own = {k: v for k, v in hyper.items() if k not in RETRY_KEYS}
+        inner: Policy = policy_cls(arms=arms, seed=seed, **own)
+        return RetryCascade(inner, params.max_calls) if params.retry else inner  # type: ignore[return-value]
 
-    def from_state(state: Mapping[str, Any]) -> Policy:
-        if "retry" not in state:
-            restored: Policy = policy_cls.from_state(state)
-            return restored
-        inner = policy_cls.from_state(state["inner"])
-        return RetryCascade(inner, int(state["retry"]["max_calls"]))  # type: ignore[return-value]
-
-    factory.from_state = from_state  # type: ignore[attr-defined]
-    factory.policy_class = policy_cls  # type: ignore[attr-defined]
-    factory.__name__ = f"retrying_{getattr(policy_cls, '__name__', 'policy')}"
-    return factory
+    return registry_factory(
+        factory,
+        prefix="retrying",
+        wraps=policy_cls,
+        model=model,
+        from_state=partial(RetryCascade.restore_around, restore_inner=policy_cls.from_state),
+    )

@@ -20,9 +20,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
 import numpy as np
+from pydantic import Field
 
-from routers.base import Context, Observation, decision_rng, require
-from routers.combinatorial import SetBandit, confidence_radius, require_confidence
+from routers.base import Context, Observation, decision_rng
+from routers.combinatorial import (
+    ConfidenceSetBandit,
+    SetBandit,
+    SetHyperparameters,
+    confidence_radius,
+)
+from routers.hyperparameters import Hyperparameters, NonNegative
 
 Choice = tuple[list[int], np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]
 
@@ -33,25 +40,22 @@ def _top(values: np.ndarray, n: int, rng: np.random.Generator) -> list[int]:
     return [int(i) for i in order[:n]]
 
 
-class CUCB(SetBandit):
+class EpsGreedySetHyperparameters(SetHyperparameters):
+    """eps-greedy-set's hyperparameters."""
+
+    epsilon_scale: NonNegative = Field(2.0, description="eps_t = min(1, scale sqrt(K) / sqrt(t))")
+
+
+class ThompsonSetHyperparameters(SetHyperparameters):
+    """thompson-set's hyperparameters."""
+
+    costs: Literal["mean", "ignore"] = Field("mean", description="budgeted (mean) or top N (ignore)")
+
+
+class CUCB(ConfidenceSetBandit):
     """Cost-ignoring combinatorial UCB; ``alpha_reward`` (1.0), ``delta``/``horizon`` as in C2MAB-V."""
 
     name: ClassVar[str] = "cucb"
-
-    def __init__(
-        self,
-        arms: Sequence[str] = (),
-        seed: int | None = 0,
-        alpha_reward: float = 1.0,
-        delta: float | None = None,
-        horizon: int = 10_000,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(arms, seed, **kwargs)
-        require_confidence(alpha_reward, delta, horizon)
-        self.alpha_reward = float(alpha_reward)
-        self.delta = 1.0 / horizon if delta is None else float(delta)
-        self.config.update({"alpha_reward": self.alpha_reward, "delta": delta, "horizon": horizon})
 
     def _choose(
         self, arms: list[str], est: dict[str, np.ndarray], context: Context, rng: np.random.Generator
@@ -69,16 +73,12 @@ class EpsGreedySet(SetBandit):
 
     name: ClassVar[str] = "eps-greedy-set"
 
-    def __init__(
-        self, arms: Sequence[str] = (), seed: int | None = 0, epsilon_scale: float = 2.0, **kwargs: Any
-    ) -> None:
-        super().__init__(arms, seed, **kwargs)
-        require(
-            np.isfinite(epsilon_scale) and epsilon_scale >= 0,
-            f"epsilon_scale must be >= 0, got {epsilon_scale!r}",
-        )
-        self.epsilon_scale = float(epsilon_scale)
-        self.config["epsilon_scale"] = self.epsilon_scale
+    hyperparameters: ClassVar[type[Hyperparameters]] = EpsGreedySetHyperparameters
+
+    def __init__(self, arms: Sequence[str] = (), seed: int | None = 0, **hyperparameters: Any) -> None:
+        super().__init__(arms, seed, **hyperparameters)
+        assert isinstance(self.params, EpsGreedySetHyperparameters)
+        self.epsilon_scale = self.params.epsilon_scale
 
     def _choose(
         self, arms: list[str], est: dict[str, np.ndarray], context: Context, rng: np.random.Generator
@@ -106,17 +106,12 @@ class ThompsonSet(SetBandit):
 
     name: ClassVar[str] = "thompson-set"
 
-    def __init__(
-        self,
-        arms: Sequence[str] = (),
-        seed: int | None = 0,
-        costs: Literal["mean", "ignore"] = "mean",
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(arms, seed, **kwargs)
-        require(costs in ("mean", "ignore"), f"costs must be 'mean' or 'ignore', got {costs!r}")
-        self.costs_mode = costs
-        self.config["costs"] = costs
+    hyperparameters: ClassVar[type[Hyperparameters]] = ThompsonSetHyperparameters
+
+    def __init__(self, arms: Sequence[str] = (), seed: int | None = 0, **hyperparameters: Any) -> None:
+        super().__init__(arms, seed, **hyperparameters)
+        assert isinstance(self.params, ThompsonSetHyperparameters)
+        self.costs_mode = self.params.costs
         self._beta: dict[str, list[float]] = {a: [0.0, 0.0] for a in self._arms}
 
     def _on_add_arm(self, arm: str) -> None:

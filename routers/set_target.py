@@ -21,7 +21,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from pydantic import Field
+
 from routers.base import Policy, PolicyConfigError, require
+from routers.hyperparameters import Hyperparameters, Positive, combine, model_of, registry_factory
 from routers.pacing import finite_number
 
 
@@ -51,14 +54,27 @@ def budget_for_target(hyper: Mapping[str, Any]) -> dict[str, Any]:
     return params
 
 
+class TargetHyperparameters(Hyperparameters):
+    """The key ``targeted`` adds to a set policy's own."""
+
+    cost_target: Positive | None = Field(None, description="USD per request; sets budget and cost_scale")
+
+
 def targeted(policy_cls: Any) -> Callable[..., Policy]:
     """A registry factory for a set policy class that also accepts ``cost_target``."""
+    model = combine(
+        f"{policy_cls.__name__}TargetHyperparameters", model_of(policy_cls), TargetHyperparameters
+    )
 
     def build(arms: Sequence[str] = (), seed: int | None = 0, **hyper: Any) -> Policy:
+        model.parse(hyper)
         built: Policy = policy_cls(arms=arms, seed=seed, **budget_for_target(hyper))
         return built
 
-    build.from_state = policy_cls.from_state  # type: ignore[attr-defined]
-    build.policy_class = policy_cls  # type: ignore[attr-defined]
-    build.__name__ = f"targeted_{getattr(policy_cls, '__name__', 'policy')}"
-    return build
+    return registry_factory(
+        build,
+        prefix="targeted",
+        wraps=policy_cls,
+        model=model,
+        from_state=policy_cls.from_state,
+    )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -20,17 +20,37 @@ from routers.base import (
     PolicyBase,
     argmax_random_tie,
     candidate_arms,
-    require,
 )
+from routers.hyperparameters import ArmName, Fraction, Hyperparameters, NoHyperparameters
+
+
+class AlwaysHyperparameters(Hyperparameters):
+    """``always``: the model to call (one of the router's arms when the router is created)."""
+
+    model: ArmName
+
+
+class EpsGreedyHyperparameters(Hyperparameters):
+    """``eps-greedy``: the probability of a uniformly random arm."""
+
+    eps: Fraction = 0.1
+
+
+class ThompsonHyperparameters(Hyperparameters):
+    """``thompson``: the posterior family."""
+
+    prior: Literal["gaussian", "beta"] = "gaussian"
 
 
 class ArmMeans(PolicyBase):
     """Shared plumbing: per-arm counts and sums, updated by every rewarded observation of a known arm."""
 
     name: ClassVar[str] = "arm-means"
+    hyperparameters: ClassVar[type[Hyperparameters]] = NoHyperparameters
 
-    def __init__(self, arms: Sequence[str] = (), seed: int | None = 0) -> None:
+    def __init__(self, arms: Sequence[str] = (), seed: int | None = 0, **hyperparameters: Any) -> None:
         super().__init__(arms, seed)
+        self._configure(hyperparameters, Hyperparameters)
         self._stats: dict[str, list[float]] = {a: [0.0, 0.0, 0.0] for a in self._arms}
 
     def _on_add_arm(self, arm: str) -> None:
@@ -84,17 +104,17 @@ class RandomPolicy(ArmMeans):
 
 
 class Always(ArmMeans):
-    """Always the same model. Hyperparameter: ``model`` (the arm to call). When that model is not a
-    candidate for a prompt (removed, or excluded by ``Context.arms``), it falls back to a uniformly random
-    candidate and says so in ``Decision.info["fallback"]``."""
+    """Always the same model. Hyperparameter: ``model`` (the arm to call; one of the router's arms when
+    the router is created, ``routers.registry.check_router``). When that model is not a candidate for a
+    prompt (removed later, or excluded by ``Context.arms``), it falls back to a uniformly random candidate
+    and says so in ``Decision.info["fallback"]``."""
 
     name: ClassVar[str] = "always"
+    hyperparameters: ClassVar[type[Hyperparameters]] = AlwaysHyperparameters
 
-    def __init__(self, arms: Sequence[str] = (), seed: int | None = 0, model: str = "") -> None:
-        super().__init__(arms, seed)
-        require(isinstance(model, str) and model != "", f"model must be a non-empty arm name, got {model!r}")
-        self.model = model
-        self.config = {"model": model}
+    def __init__(self, arms: Sequence[str] = (), seed: int | None = 0, **hyperparameters: Any) -> None:
+        super().__init__(arms, seed, **hyperparameters)
+        self.model = str(self.config["model"])
 
     def select(self, context: Context) -> Decision:
         """g_t = model."""
@@ -124,15 +144,11 @@ class EpsGreedy(ArmMeans):
     random arm; otherwise greedy on the per-arm mean (untried arms first)."""
 
     name: ClassVar[str] = "eps-greedy"
+    hyperparameters: ClassVar[type[Hyperparameters]] = EpsGreedyHyperparameters
 
-    def __init__(self, arms: Sequence[str] = (), seed: int | None = 0, eps: float = 0.1) -> None:
-        super().__init__(arms, seed)
-        require(
-            isinstance(eps, int | float) and not isinstance(eps, bool) and 0 <= eps <= 1,
-            f"eps must be a number in [0, 1], got {eps!r}",
-        )
-        self.eps = float(eps)
-        self.config = {"eps": self.eps}
+    def __init__(self, arms: Sequence[str] = (), seed: int | None = 0, **hyperparameters: Any) -> None:
+        super().__init__(arms, seed, **hyperparameters)
+        self.eps = float(self.config["eps"])
 
     def select(self, context: Context) -> Decision:
         """With probability eps: uniform; else argmax_a m_a."""
@@ -158,12 +174,11 @@ class Thompson(ArmMeans):
     """
 
     name: ClassVar[str] = "thompson"
+    hyperparameters: ClassVar[type[Hyperparameters]] = ThompsonHyperparameters
 
-    def __init__(self, arms: Sequence[str] = (), seed: int | None = 0, prior: str = "gaussian") -> None:
-        super().__init__(arms, seed)
-        require(prior in ("gaussian", "beta"), f"prior must be 'gaussian' or 'beta', got {prior!r}")
-        self.prior = prior
-        self.config = {"prior": prior}
+    def __init__(self, arms: Sequence[str] = (), seed: int | None = 0, **hyperparameters: Any) -> None:
+        super().__init__(arms, seed, **hyperparameters)
+        self.prior = str(self.config["prior"])
 
     def pooled_std(self) -> float:
         n = sum(s[0] for s in self._stats.values())

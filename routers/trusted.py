@@ -11,8 +11,10 @@ A wrapper applies when any of its keys is set (not None; ``cost_weight = 0`` alo
 
 The order is fixed: ``Conservative(CostAware(policy))`` (the check guards whatever the cost-aware choice
 proposes). Without any of these keys the factory returns the plain policy, whose state is unchanged. The
-remaining keys go to the policy's own constructor, which validates them as before; a wrapper key that the
-wrapper does not accept for this policy (``cost_target`` on ``random``) is a ``PolicyConfigError``.
+factory's ``hyperparameters`` model is the policy's own plus both wrappers' (``CostHyperparameters``,
+``ConservativeHyperparameters``), so every key is typed and known before anything is built; the
+remaining keys go to the policy's own constructor; a wrapper key that the wrapper does not accept for
+this policy (``cost_target`` on ``random``) is a ``PolicyConfigError``.
 ``from_state`` restores every form, so ``registry.restore_policy`` works unchanged. In a bench spec:
 ``knn-ucb:cost_target=0.002``, ``knn-ucb:incumbent=gpt-4,max_loss=0.02``.
 """
@@ -23,8 +25,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from routers.base import Policy
-from routers.conservative import CONSERVATIVE_KEYS, Conservative
-from routers.cost_aware import COST_KEYS, CostAware
+from routers.conservative import CONSERVATIVE_KEYS, Conservative, ConservativeHyperparameters
+from routers.cost_aware import COST_KEYS, CostAware, CostHyperparameters
+from routers.hyperparameters import combine, model_of, registry_factory
 
 
 def wrap(inner: Policy, hyper: Mapping[str, Any]) -> Policy:
@@ -53,8 +56,16 @@ def restore_wrapped(state: Mapping[str, Any], restore_inner: Callable[[Mapping[s
 def trusted(factory: Any) -> Callable[..., Policy]:
     """A registry factory: ``factory`` plus the wrapper hyperparameters of the module docstring."""
     keys = (*COST_KEYS, *CONSERVATIVE_KEYS)
+    own_model = model_of(factory)
+    model = combine(
+        own_model.__name__.replace("Hyperparameters", "") + "TrustedHyperparameters",
+        own_model,
+        CostHyperparameters,
+        ConservativeHyperparameters,
+    )
 
     def build(arms: Sequence[str] = (), seed: int | None = 0, **hyper: Any) -> Policy:
+        model.parse(hyper)  # every key known, typed and in range before anything is built
         own = {k: v for k, v in hyper.items() if k not in keys}
         inner: Policy = factory(arms=arms, seed=seed, **own)
         return wrap(inner, {k: v for k, v in hyper.items() if k in keys})
@@ -62,7 +73,11 @@ def trusted(factory: Any) -> Callable[..., Policy]:
     def from_state(state: Mapping[str, Any]) -> Policy:
         return restore_wrapped(state, factory.from_state)
 
-    build.from_state = from_state  # type: ignore[attr-defined]
-    build.policy_class = getattr(factory, "policy_class", factory)  # type: ignore[attr-defined]
-    build.__name__ = f"trusted_{getattr(factory, '__name__', 'policy')}"
-    return build
+    return registry_factory(
+        build,
+        prefix="trusted",
+        wraps=factory,
+        policy_class=getattr(factory, "policy_class", factory),
+        model=model,
+        from_state=from_state,
+    )

@@ -12,22 +12,23 @@ the wrapper around the restored inner policy, and ``config`` / ``seed`` sit wher
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Self
 
 from routers.base import Observation, Policy, PolicyConfigError
-from routers.retry import RetryCascade
 
 
 class PolicyWrapper:
-    """Base of ``CostAware`` and ``Conservative``; subclasses set ``key`` and ``settings`` and implement
+    """Base of ``CostAware``, ``Conservative``, ``PacedCascade`` and ``RetryCascade``; subclasses set ``key`` and ``settings`` and implement
     ``select``, ``_fold``, ``_state`` and ``_load``."""
 
     key: ClassVar[str] = "wrapper"
     cost_aware: ClassVar[bool] = False
+    makes_cascade: ClassVar[bool] = False  # ``RetryCascade``: the wrapped policy becomes a cascade
+    single_choice_only: ClassVar[bool] = True  # refuses an inner policy that ``makes_cascade``
 
     def __init__(self, inner: Policy, keys: str) -> None:
-        if isinstance(inner, RetryCascade):
+        if self.single_choice_only and getattr(inner, "makes_cascade", False):
             raise PolicyConfigError(f"{keys} need a single-choice policy, not a cascade (retry=true)")
         self.inner = inner
         self.name = inner.name
@@ -78,6 +79,16 @@ class PolicyWrapper:
         wrapper = cls(inner, **dict(state["config"]))
         wrapper._load(state)
         return wrapper
+
+    @classmethod
+    def restore_around(
+        cls, state: Mapping[str, Any], restore_inner: Callable[[Mapping[str, Any]], Policy]
+    ) -> Policy:
+        """``state`` restored: this wrapper around ``restore_inner(state["inner"])`` where the state has
+        the wrapper's key, else the plain policy ``restore_inner(state)``."""
+        if cls.key not in state:
+            return restore_inner(state)
+        return cls.restore(restore_inner(state["inner"]), state[cls.key])  # type: ignore[return-value]
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> Policy:  # pragma: no cover - use the registry

@@ -12,37 +12,41 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, ClassVar
 
 from fastapi import FastAPI
 
 from app.main import create_app as create_gateway
 from routers.base import Context, Decision
-from routers.linear import LinUCB
+from routers.hyperparameters import Count, Fraction, Hyperparameters, PositiveCount
+from routers.linear import LinUCB, LinUCBHyperparameters
 from routers.registry import POLICIES
 
 NAME = "linucb-querying"
 
 
+class QueryingHyperparameters(LinUCBHyperparameters):
+    """LinUCB's, plus the query budget of the active-learning policies."""
+
+    budget: Fraction = 0.2
+    horizon: PositiveCount | None = None
+    max_queries: Count | None = None
+    every: PositiveCount = 4
+
+
 class QueryingLinUCB(LinUCB):
-    def __init__(
-        self,
-        arms: Sequence[str] = (),
-        seed: int | None = 0,
-        budget: float = 0.2,
-        horizon: int | None = None,
-        max_queries: int | None = None,
-        every: int = 4,
-        **hp: Any,
-    ) -> None:
-        super().__init__(arms, seed, **hp)
-        self.config.update(budget=budget, horizon=horizon, max_queries=max_queries, every=every)
+    hyperparameters: ClassVar[type[Hyperparameters]] = QueryingHyperparameters
+
+    def __init__(self, arms: Sequence[str] = (), seed: int | None = 0, **hyperparameters: Any) -> None:
+        super().__init__(arms, seed, **hyperparameters)
+        p = QueryingHyperparameters.parse(hyperparameters)
+        budget, horizon, max_queries = p.budget, p.horizon, p.max_queries
         self.cap = (
             max_queries
             if max_queries is not None
             else (math.floor(budget * horizon) if horizon is not None else None)
         )
-        self.every, self.selections, self.queries = every, 0, 0
+        self.every, self.selections, self.queries = p.every, 0, 0
 
     def select(self, context: Context) -> Decision:
         decision = super().select(context)

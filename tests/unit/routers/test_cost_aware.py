@@ -225,3 +225,51 @@ def test_a_fixed_cost_weight_does_not_move() -> None:
         policy.update(_obs("a", 1.0, cost))
     assert policy.multiplier == 3.0  # type: ignore[attr-defined]
     assert policy.select(Context(embedding=X, costs={"a": 0.1, "b": 0.1})).info["cost_multiplier"] == 3.0
+
+
+def _keyed(arm: str, cost: float | None, key: str, kind: str = "bandit") -> Observation:
+    return Observation(embedding=X, arm=arm, reward=None, cost=cost, kind=kind, decision_key=key)  # type: ignore[arg-type]
+
+
+def test_a_request_is_a_decision_key_whatever_the_kind_of_its_costs() -> None:
+    """The gateway folds a BALROG probe's cost as a ``bandit`` observation of the same decision; a
+    cascade's later steps share the key too. Target 0.25, eta 1: decision d1 costs 0.75 (answer), then
+    0.25 (probe, kind bandit) and 0.125 (a cascade step): one request, lambda = 0.5 + 0.25 + 0.125."""
+    pacer = DualPacer(target=0.25, pacing_rate=0.0625)
+    pacer.update(_keyed("a", 0.75, "d1"))
+    pacer.update(_keyed("b", 0.25, "d1"))
+    pacer.update(_keyed("c", 0.125, "d1", kind="cascade-step"))
+    assert (pacer.requests, pacer.multiplier, pacer.spent) == (1, 0.875, 1.125)
+    pacer.update(_keyed("b", 0.0, "d2", kind="cascade-step"))  # a new key opens a request, any kind
+    assert (pacer.requests, pacer.multiplier) == (2, 0.625)
+    assert pacer.spend_per_request == 1.125 / 2
+
+
+def test_the_remembered_keys_are_bounded_and_round_trip(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("routers.pacing.REQUEST_MEMORY", 2)
+    pacer = DualPacer(target=0.25, pacing_rate=0.0625)
+    for key in ("d1", "d2", "d3"):
+        pacer.update(_keyed("a", 0.25, key))
+    assert list(pacer.recent) == ["d2", "d3"]
+    copy = DualPacer(target=0.25, pacing_rate=0.0625)
+    copy.load(pacer.state())
+    copy.update(_keyed("a", 0.25, "d3"))  # still remembered: more spend, no request
+    copy.update(_keyed("a", 0.25, "d1"))  # forgotten: counted again (the documented limit)
+    assert (copy.requests, copy.multiplier) == (4, 0.25)
+    legacy = {"multiplier": 0.5, "requests": 3, "spent": 1.0}  # a state saved before keys
+    old = DualPacer(target=0.25, pacing_rate=0.0625)
+    old.load(legacy)
+    assert (old.multiplier, old.requests, list(old.recent)) == (0.5, 3, [])
+
+
+def test_offline_log_rows_teach_the_cost_estimate_but_are_not_spend() -> None:
+    """A warm-start row's cost was paid before the router existed: no dual step, no request, but the
+    per-arm cost estimate learns it (mean 0.5, sd 0 over two rows: LCB = 0.5)."""
+    pacer = DualPacer(target=0.25, pacing_rate=0.0625)
+    estimates = CostEstimates()
+    for _ in range(2):
+        offline = _obs("a", 1.0, 0.5, kind="offline")
+        pacer.update(offline)
+        estimates.update(offline)
+    assert (pacer.multiplier, pacer.requests, pacer.spent) == (0.0, 0, 0.0)
+    assert estimates.lower_bound("a") == 0.5

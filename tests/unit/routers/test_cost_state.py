@@ -86,3 +86,24 @@ def test_retry_wrapper_cascades_without_repeats_and_round_trips(monkeypatch):
     assert isinstance(restore_policy(decode_state(encode_state(plain.state_dict()))), LinUCB)
     xs = _contexts(6, 3)
     assert _drive(restored, xs, np.random.default_rng(1)) == _drive(policy, xs, np.random.default_rng(1))
+
+
+def test_retry_state_has_config_and_seed_on_top_and_old_states_load(monkeypatch):
+    """A retry cascade's state is a PolicyWrapper's: ``config`` (the inner config with retry and
+    max_calls, so an imported state rebuilds the cascade) and ``seed`` where a plain policy has them; a
+    state saved before (``{"policy", "retry": {"max_calls"}, "inner"}``) still restores."""
+    policy = build_policy("pak-ucb", ARMS, seed=4, hyperparameters={"retry": True, "max_calls": 2})
+    x = _contexts(1, 2)[0]
+    first = policy.select(Context(embedding=x))
+    policy.update(Observation(embedding=x, arm=first.arms[0], reward=0.0, kind="cascade-step"))
+    state = decode_state(encode_state(policy.state_dict()))
+    assert state["seed"] == 4 and state["config"]["retry"] is True and state["config"]["max_calls"] == 2
+    assert state["retry"]["config"] == {"retry": True, "max_calls": 2}
+    rebuilt = build_policy("pak-ucb", ARMS, seed=state["seed"], hyperparameters=state["config"])
+    assert type(rebuilt) is type(policy) and rebuilt.max_calls == 2  # type: ignore[attr-defined]
+    legacy = {"policy": "pak-ucb", "retry": {"max_calls": 2}, "inner": state["inner"]}
+    restored = [restore_policy(decode_state(encode_state(saved))) for saved in (state, legacy)]
+    assert [r.max_calls for r in restored] == [2, 2]  # type: ignore[attr-defined]
+    xs = _contexts(6, 3)
+    played = _drive(policy, xs, np.random.default_rng(1))
+    assert [_drive(r, xs, np.random.default_rng(1)) for r in restored] == [played, played]

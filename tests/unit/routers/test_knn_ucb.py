@@ -168,23 +168,27 @@ def test_context_free_arms_stop_exploring_the_worse_one() -> None:
     """With l ~ 0 both arms' k sits at the cap K, so once both are past K points the worse arm wins a
     round when f_bad - f_good > U_good - U_bad ~ 0: the k-NN means have sds sqrt(0.8 * 0.2 / K) and
     sqrt(0.72 * 0.28 / K), so it does with probability Phi(-0.08 / sqrt(0.3616 / K)): 23% at K = 32
-    (the old cap, the "quarter" of issue 12), 1.7% at K = 256. Add the warm-up rounds before the
-    worse arm holds K points (at most ~K + a few hundred of 8000): the share stays below 10% at K = 256,
-    and cannot at K = 32."""
+    (the old cap, the "quarter" of issue 12), 1.7% at K = 256. The default cap max(32, ceil(N / 2))
+    reaches 256 at 512 points, and the worse arm's smaller K keeps its bonus larger only while it holds
+    few points (UCB's retries, at K = N / 2 instead of N). Add the warm-up rounds: the share stays below
+    10% with a cap that grows linearly in N, and cannot at K = 32 or with max(32, ceil(sqrt N))
+    (experiments/knn_cap.py)."""
     share = np.mean([_context_free_share_of_worse(seed) for seed in (0, 1)])
     assert share < 0.10
 
 
 def test_k_grows_with_the_arms_history_up_to_the_work_cap() -> None:
-    """l = 0 (fewer than min_pairs variogram pairs): U(k) = s sqrt(theta ln t / k) falls with k, so
-    k = min(N, k_max) and f is the mean reward of those k nearest points (eq. 3)."""
+    """l = 0 (fewer than min_pairs variogram pairs): U(k) = s sqrt(theta ln t / k) falls with k, so k is
+    the cap min(N, k_max, max(32, ceil(N / 2))) and f is the mean reward of those k nearest points (eq. 3):
+    the whole history up to 32 points, then the nearest 32, then the nearest half, then k_max."""
     rng = np.random.default_rng(0)
-    x = rng.normal(size=(600, 8)).astype(np.float32)
+    x = rng.normal(size=(2000, 8)).astype(np.float32)
     x /= np.linalg.norm(x, axis=1, keepdims=True)
-    y = (rng.random(600) < 0.5).astype(np.float64)
+    y = (rng.random(2000) < 0.5).astype(np.float64)
     q = x[0]
     order = np.argsort(1.0 - x.astype(np.float64) @ q.astype(np.float64), kind="stable")
-    for n, k_max, k in ((100, 256, 100), (600, 256, 256), (600, 32, 32)):
+    cases = ((20, 256, 20), (64, 256, 32), (101, 256, 51), (300, 256, 150), (2000, 256, 256), (600, 32, 32))
+    for n, k_max, k in cases:
         policy = KnnUCB(arms=["a"], min_pairs=10**6, k_max=k_max)
         policy.warm_start(x[:n], ["a"] * n, y[:n])
         policy.t = 999  # round 1000: log t > 0, so the bonus falls strictly with k
@@ -192,6 +196,12 @@ def test_k_grows_with_the_arms_history_up_to_the_work_cap() -> None:
         assert a["k"] == k
         near = order[order < n][:k]
         assert a["estimate"] == pytest.approx(float(y[near].mean()))
+
+
+def test_the_paper_preset_lets_k_reach_the_whole_history() -> None:
+    """Eq. 5 as written: k <= N_g (under the work cap k_max)."""
+    paper = KnnUCB(arms=["a"], preset="paper")
+    assert [paper.k_cap(n) for n in (20, 100, 600, 2000)] == [32, 100, 256, 256]
 
 
 def test_a_reselect_with_tried_keeps_the_round() -> None:

@@ -245,7 +245,7 @@ def test_bad_hyperparameters_are_named() -> None:
         build_policy("mixture-greedy", ["a"], hyperparameters={"solver": "magic"})
     with pytest.raises(PolicyConfigError, match="init_pulls"):
         build_policy("vanilla-ucb", ["a"], hyperparameters={"init_pulls": 0})
-    with pytest.raises(PolicyConfigError, match="bad hyperparameters"):
+    with pytest.raises(PolicyConfigError, match=r"unknown hyperparameter 'nonsense'; known: objective"):
         build_policy("mixture-greedy", ["a"], hyperparameters={"nonsense": 1})
 
 

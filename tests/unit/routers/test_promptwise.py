@@ -236,3 +236,14 @@ def test_a_state_saved_before_decision_keys_loads_its_single_slot_as_the_unkeyed
     np.testing.assert_array_equal(step["pending"][0]["x"], X)
     old.select(Context(embedding=EYE[1]))  # an unkeyed new prompt ends that step: its failure is folded
     assert old.explain("o3-mini", X.astype(np.float64), 1.0)["n"] == 2
+
+
+def test_an_offline_log_row_is_folded_at_once_and_opens_no_decision():
+    policy = _explored(per_step_update=True)
+    n_before = policy.explain("o3-mini", EYE[1].astype(np.float64), 1.0)["n"]
+    policy.update(
+        Observation(embedding=EYE[1], arm="o3-mini", reward=0.0, kind="offline", decision_key="row-7/o3-mini")
+    )
+    # no pending Alg. 2 step: the row is in the arm's model now, and no record is kept for its key
+    assert policy.explain("o3-mini", EYE[1].astype(np.float64), 1.0)["n"] == n_before + 1
+    assert policy.state_dict()["learned"]["steps"] == []

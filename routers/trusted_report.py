@@ -1,0 +1,86 @@
+"""What the stats API reports about a router's trusted-routing wrappers, read from its folded state.
+
+Every figure here is a function of the observations the policy folded (``select`` changes none of
+them), so two replicas at the same event watermark report the same numbers:
+
+- pacing (``CostAware`` with ``cost_weight`` / ``cost_target``, ``PacedCascade``): lambda_t, its floor
+  ``cost_weight``, the target, and the requests and spend the pacer counted (one request per decision);
+- safety (``Conservative``): for incumbent a_0, ``margin`` = margin(a) for any a != a_0 (>= 0 iff the next
+  decision may leave the incumbent; -inf, reported as None, while a_0 has no reward folded) and
+  ``floor_margin`` = margin(a_0), the slack of the floor over the rounds so far (routers/conservative.py),
+  with the folded rounds on and off a_0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from routers.conservative import Conservative
+from routers.pacing import DualPacer
+
+
+@dataclass(frozen=True)
+class PacingReport:
+    cost_multiplier: float  # lambda_t
+    cost_weight: float  # lambda_0 and the floor of lambda_t
+    cost_target: float | None
+    requests: int | None  # requests the pacer counted (None without a target)
+    spent: float | None
+    spend_per_request: float | None
+
+
+@dataclass(frozen=True)
+class SafetyReport:
+    incumbent: str | None
+    max_loss: float
+    margin: float | None
+    floor_margin: float | None
+    incumbent_rounds: int | None
+    other_rounds: int | None
+
+
+def layers(policy: Any) -> Iterator[Any]:
+    """The policy and every wrapped policy under it, outermost first."""
+    while policy is not None:
+        yield policy
+        policy = getattr(policy, "inner", None)
+
+
+def finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def pacing_report(policy: Any) -> PacingReport | None:
+    """The first layer that plays a cost multiplier (``CostAware``, ``PacedCascade``), else None."""
+    for layer in layers(policy):
+        if hasattr(layer, "multiplier") and hasattr(layer, "pacer"):
+            pacer: DualPacer | None = layer.pacer
+            if pacer is None:
+                return PacingReport(float(layer.multiplier), float(layer.cost_weight), None, None, None, None)
+            return PacingReport(
+                float(layer.multiplier),
+                float(layer.cost_weight),
+                pacer.target,
+                pacer.requests,
+                pacer.spent,
+                pacer.spend_per_request,
+            )
+    return None
+
+
+def safety_report(policy: Any, incumbent: str | None) -> SafetyReport | None:
+    """The ``Conservative`` layer's figures for its configured incumbent, else for ``incumbent`` (the
+    default incumbent is chosen per decision; the caller names the one to report); None without that
+    layer."""
+    for layer in layers(policy):
+        if isinstance(layer, Conservative):
+            name = layer.incumbent or incumbent
+            if name is None:
+                return SafetyReport(None, layer.alpha, None, None, None, None)
+            on, off = layer.rounds(name)
+            explore, floor = finite(layer.explore_margin(name)), finite(layer.floor_margin(name))
+            return SafetyReport(name, layer.alpha, explore, floor, on, off)
+    return None
