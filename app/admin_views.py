@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, Field
+
+from app.timewindow import UtcTime
 
 
 class ModelBucket(BaseModel):
@@ -16,7 +17,7 @@ class ModelBucket(BaseModel):
 
 
 class StatsBucket(BaseModel):
-    start: datetime
+    start: UtcTime
     decisions: int
     decisions_cumulative: int = Field(description="decisions of this router up to the end of this bucket")
     declined: int = Field(description="decisions that called no model")
@@ -32,13 +33,74 @@ class StatsBucket(BaseModel):
     models: dict[str, ModelBucket]
 
 
+class PacingStats(BaseModel):
+    cost_multiplier: float = Field(description="lambda_t: the reward units per USD the router plays now")
+    cost_weight: float = Field(description="lambda_0, also the floor of lambda_t")
+    cost_target: float | None = Field(description="USD per request the pacer steers to; null: fixed lambda")
+    requests: int | None = Field(description="requests (decisions with a cost) the pacer has counted")
+    spent: float | None = Field(description="USD those requests cost")
+    spend_per_request: float | None = Field(description="spent / requests, the running spend per request")
+    spend_vs_target: float | None = Field(description="spend_per_request / cost_target")
+
+
+class SafetyStats(BaseModel):
+    incumbent: str | None = Field(description="the incumbent reported (configured, else the last decision's)")
+    max_loss: float = Field(description="alpha: the router keeps >= (1 - alpha) x the incumbent's reward")
+    margin: float | None = Field(
+        description="margin of leaving the incumbent now (>= 0: allowed); null while unbounded (-inf)"
+    )
+    floor_margin: float | None = Field(description="slack of the floor over the folded rounds so far")
+    incumbent_rounds: int | None = Field(description="folded rounds that played the incumbent")
+    other_rounds: int | None = Field(description="folded rounds that played another model")
+    checked: int = Field(description="decisions in the window checked against an incumbent")
+    forced: int = Field(description="of them, played on the incumbent because the check forced it")
+    chosen: int = Field(description="of them, played on the incumbent by the policy's own choice")
+    off_incumbent: int = Field(description="of them, played on another model")
+    forced_share: float | None
+    chosen_share: float | None
+    off_share: float | None
+    cost: float | None = Field(description="USD of the checked decisions that reported a cost")
+    incumbent_cost: float | None = Field(
+        description="estimated USD of calling only the incumbent on them: its own cost where it was called, "
+        "else its prices at the prompt's characters / 4 tokens and its default_tokens_out"
+    )
+    cost_saved: float | None = Field(description="incumbent_cost - cost")
+    cost_saved_share: float | None = Field(description="cost_saved / incumbent_cost")
+
+
+class TrustedStats(BaseModel):
+    last_event_id: int = Field(description="the newest event folded into the state these figures read")
+    events_folded: int = Field(description="events folded into that state")
+    pacing: PacingStats | None = Field(description="null: the router plays no cost multiplier")
+    safety: SafetyStats | None = Field(description="null: the router has no incumbent check")
+
+
+class WarmStartModel(BaseModel):
+    stored: int = Field(description="offline events of this model in the router's event log")
+    folded: int = Field(description="of them, learned by the state that serves the router")
+    pending: int = Field(description="of them, newer than the newest event that state folded")
+    reward_mean: float | None = Field(description="mean reward of the stored events; null when none has one")
+
+
+class WarmStartStats(BaseModel):
+    last_event_id: int = Field(description="the newest event folded into the state these figures read")
+    learned_after: int = Field(
+        description="watermark of the newest reset or import: offline events at or below it are stored, "
+        "not learned (0: none)"
+    )
+    stored: int = Field(description="offline (warm-start) events of the router, all time")
+    folded: int = Field(description="of them, learned by the served state")
+    pending: int = Field(description="of them, not folded yet by this process")
+    models: dict[str, WarmStartModel]
+
+
 class RouterStats(BaseModel):
     tenant: str
     router: str
     policy: str
     arms: list[str]
-    since: datetime
-    until: datetime
+    since: UtcTime
+    until: UtcTime
     bucket_s: int
     query_budget: int | None = Field(
         description="query rounds the policy may use in all; null if unbounded or none"
@@ -53,12 +115,24 @@ class RouterStats(BaseModel):
     reward_mean: float | None
     cost_total: float
     regret_mean: float | None
+    trusted: TrustedStats | None = Field(
+        description="cost pacing and the incumbent check (docs/policies/trusted-routing.md); null when "
+        "the router's hyperparameters set neither"
+    )
+    warm_start: WarmStartStats | None = Field(
+        None,
+        description="offline (warm-start) observations per model (docs/policies/trusted-routing.md); null "
+        "when the router has none",
+    )
     buckets: list[StatsBucket]
 
 
 class FeedbackItem(BaseModel):
     id: int
-    decision_id: str
+    decision_id: str | None = Field(
+        description="null: an offline event (a warm-start log row), of no decision"
+    )
+    row_id: str | None = Field(None, description="an offline event's row id (unique per router)")
     tenant: str
     router: str | None = Field(description="null: feedback about a direct call, folded by no router")
     model: str
@@ -66,7 +140,7 @@ class FeedbackItem(BaseModel):
     reward: float | None
     cost: float | None
     payload: dict[str, Any]
-    created_at: datetime
+    created_at: UtcTime
 
 
 class DecisionItem(BaseModel):
@@ -82,7 +156,7 @@ class DecisionItem(BaseModel):
     info: dict[str, Any]
     prompt_chars: int
     metadata: dict[str, Any]
-    created_at: datetime
+    created_at: UtcTime
 
 
 class DecisionDetail(DecisionItem):

@@ -22,8 +22,13 @@ def display_prefix(key: str) -> str:
     return key[:10]
 
 
+def matches_secret(presented: str, secret: str | None) -> bool:
+    """Whether ``presented`` is ``secret`` (compared in constant time); never when there is no secret."""
+    return secret is not None and hmac.compare_digest(presented.encode(), secret.encode())
+
+
 def is_admin_key(presented: str, admin_key: str | None) -> bool:
-    return admin_key is not None and hmac.compare_digest(presented.encode(), admin_key.encode())
+    return matches_secret(presented, admin_key)
 
 
 def bearer_token(authorization: str | None) -> str | None:

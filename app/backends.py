@@ -18,10 +18,12 @@ import logging
 import random
 import time
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any
 
 import httpx
 
+from app.redaction import redacted_excerpt
 from app.settings import Settings
 from app.store.models import Backend
 from routers.replay_format import call_cost
@@ -66,16 +68,35 @@ class Target:
 
 @dataclass
 class AttemptRecord:
+    """One attempt. ``error`` is the short reason a tenant may read; ``upstream`` the redacted excerpt of
+    what the backend answered (or the connection error), for the log and ``attempts.error`` only."""
+
     model: str
     number: int
-    outcome: str  # ok | http_error | timeout | connection | bad_response | cancelled
+    outcome: str  # ok | http_error | timeout | connection | bad_response | cancelled | unusable
     http_status: int | None
     latency_ms: float
     error: str | None = None
+    upstream: str | None = None
+
+    def row(self) -> dict[str, Any]:
+        """The columns of its ``attempts`` row: ``error`` is the reason and the redacted excerpt."""
+        return {
+            "model": self.model,
+            "number": self.number,
+            "outcome": self.outcome,
+            "http_status": self.http_status,
+            "latency_ms": self.latency_ms,
+            "error": with_upstream(self.error, self.upstream),
+        }
 
 
 class BackendFailure(Exception):
-    """A backend gave up (after its retries); ``outcome`` is the last attempt's (``timeout``, ...)."""
+    """A backend gave up (after its retries); ``outcome`` is the last attempt's (``timeout``, ...).
+
+    ``str()`` is the sanitised reason the tenant gets (the backend's name, the status, what went wrong,
+    never the backend's own words); ``upstream`` is the redacted excerpt of what the backend answered,
+    for the server log and ``attempts.error`` (app/redaction.py)."""
 
     def __init__(
         self,
@@ -85,6 +106,7 @@ class BackendFailure(Exception):
         retryable: bool = True,
         http_status: int | None = None,
         retry_after: float | None = None,
+        upstream: str | None = None,
     ) -> None:
         super().__init__(f"backend {backend!r} {message}")
         self.backend = backend
@@ -92,11 +114,24 @@ class BackendFailure(Exception):
         self.retryable = retryable
         self.http_status = http_status
         self.retry_after = retry_after
+        self.upstream = upstream
+
+    def logged(self) -> str:
+        """The reason and the redacted excerpt, as the log and the attempts table hold them."""
+        return str(with_upstream(str(self), self.upstream))
 
 
-def _excerpt(text: str) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= EXCERPT_CHARS else text[:EXCERPT_CHARS] + "..."
+def with_upstream(reason: str | None, upstream: str | None) -> str | None:
+    """A reason followed by the redacted excerpt of what the backend said, when there is one."""
+    return reason if not upstream else f"{reason}; upstream: {upstream}"
+
+
+def status_phrase(status: int) -> str:
+    """``401 Unauthorized``: the status and its standard reason phrase (the backend's own is not used)."""
+    try:
+        return f"{status} {HTTPStatus(status).phrase}"
+    except ValueError:
+        return str(status)
 
 
 class BackendClient:
@@ -109,6 +144,21 @@ class BackendClient:
             max_keepalive_connections=settings.forward_max_connections,
         )
         self.http = httpx.AsyncClient(limits=limits, transport=transport, follow_redirects=False)
+        # every secret an upstream answer could echo: the gateway's own, and each backend key it sent
+        self.secrets: set[str] = {
+            s.get_secret_value()
+            for s in (
+                settings.admin_key,
+                settings.secret_key,
+                settings.metrics_token,
+                settings.replay_api_key,
+            )
+            if s is not None
+        }
+
+    def excerpt(self, text: str) -> str:
+        """``text`` as the log may hold it: redacted (app/redaction.py) and cut to ``EXCERPT_CHARS``."""
+        return redacted_excerpt(text, EXCERPT_CHARS, self.secrets)
 
     async def aclose(self) -> None:
         await self.http.aclose()
@@ -116,6 +166,7 @@ class BackendClient:
     def _request(self, target: Target, path: str, body: dict[str, Any]) -> httpx.Request:
         headers = {"Accept": "application/json, text/event-stream"}
         if target.api_key:
+            self.secrets.add(target.api_key)
             headers["Authorization"] = f"Bearer {target.api_key}"
         return self.http.build_request(
             "POST",
@@ -151,7 +202,10 @@ class BackendClient:
                 failure = BackendFailure(target.name, "timeout", f"timed out after {target.timeout_s:g} s")
             except httpx.HTTPError as exc:
                 failure = BackendFailure(
-                    target.name, "connection", f"connection failed: {type(exc).__name__}: {exc}"
+                    target.name,
+                    "connection",
+                    f"connection failed: {type(exc).__name__}",
+                    upstream=self.excerpt(str(exc)),
                 )
             except BackendFailure as exc:
                 failure = exc
@@ -161,10 +215,16 @@ class BackendClient:
                 return response, payload
             attempts.append(
                 AttemptRecord(
-                    target.name, len(attempts) + 1, failure.outcome, status, _ms(start), str(failure)
+                    target.name,
+                    len(attempts) + 1,
+                    failure.outcome,
+                    status,
+                    _ms(start),
+                    str(failure),
+                    failure.upstream,
                 )
             )
-            log.warning("attempt %d on %s failed: %s", number + 1, target.name, failure)
+            log.warning("attempt %d on %s failed: %s", number + 1, target.name, failure.logged())
             if not failure.retryable or (failure.retry_after or 0.0) > self.max_retry_after_s:
                 break  # refused for good, or asked to wait longer than we will: fall back instead
         assert failure is not None
@@ -183,13 +243,19 @@ class BackendClient:
                 raise BackendFailure(
                     target.name,
                     "http_error",
-                    f"answered {status}: {_excerpt(text)}",
+                    f"answered {status_phrase(status)}",
                     retryable,
                     status,
                     retry_after_seconds(response.headers.get("retry-after")),
+                    self.excerpt(text),
                 )
             raise BackendFailure(
-                target.name, "bad_response", f"answered a non-stream body: {_excerpt(text)}", True, status
+                target.name,
+                "bad_response",
+                "answered a non-stream body",
+                True,
+                status,
+                upstream=self.excerpt(text),
             )
         if stream:
             return response, None
@@ -197,7 +263,12 @@ class BackendClient:
             payload = response.json()
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise BackendFailure(
-                target.name, "bad_response", f"answered invalid JSON: {_excerpt(response.text)}", True, status
+                target.name,
+                "bad_response",
+                "answered invalid JSON",
+                True,
+                status,
+                upstream=self.excerpt(response.text),
             ) from exc
         if not isinstance(payload, dict):
             raise BackendFailure(target.name, "bad_response", "answered JSON that is not an object")

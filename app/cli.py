@@ -1,4 +1,4 @@
-"""The ``banditgate`` command: serve, migrate, demo, bench, worker.
+"""The ``banditgate`` command: serve, migrate, demo, warm-start, bench, worker.
 
 This is the one module that reaches into ``bench/`` and ``workers/``, lazily, so the service never
 imports them.
@@ -12,8 +12,10 @@ import os
 import secrets
 import sys
 from pathlib import Path
+from typing import Any
 
 from app.settings import Settings
+from app.warm_start_client import BACKOFF_S, BATCH_BYTES, RETRIES
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
@@ -37,9 +39,37 @@ def _serve(host: str, port: int, workers: int, access_log: bool = True) -> int:
         )
         return 2
     uvicorn.run(
-        "app.main:create_app", factory=True, host=host, port=port, workers=workers, access_log=access_log
+        "app.main:create_app",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        access_log=access_log,
+        **server_limits(settings),
     )
     return 0
+
+
+def server_limits(settings: Settings) -> dict[str, Any]:
+    """uvicorn's part of the HTTP limits (the middleware in app/api/http_limits.py does the rest): the
+    parser refuses a request head over ``max_header_bytes`` before it is parsed (h11 by its own bound,
+    httptools through app/api/http_parser.py, which reads the same setting), and the idle keep-alive
+    timeout."""
+    http = "h11" if settings.http_parser == "h11" else "app.api.http_parser:BoundedHttpToolsProtocol"
+    return {
+        "http": http,
+        "h11_max_incomplete_event_size": settings.max_header_bytes,
+        "timeout_keep_alive": settings.keep_alive_s,
+    }
+
+
+def _state_secret(state_dir: Path, name: str, prefix: str) -> str:
+    """A random secret kept in ``state_dir/name`` (created once, readable by the owner only)."""
+    path = state_dir / name
+    if not path.exists():
+        path.write_text(prefix + secrets.token_urlsafe(24))
+        path.chmod(0o600)
+    return path.read_text().strip()
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -54,11 +84,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     state_dir = Path(".banditgate")
     state_dir.mkdir(exist_ok=True)
     key_file = state_dir / "admin_key"
-    if "BANDITGATE_ADMIN_KEY" not in os.environ:
-        if not key_file.exists():
-            key_file.write_text("adm_" + secrets.token_urlsafe(24))
-            key_file.chmod(0o600)
-        os.environ["BANDITGATE_ADMIN_KEY"] = key_file.read_text().strip()
+    for variable, name, prefix in (
+        ("BANDITGATE_ADMIN_KEY", "admin_key", "adm_"),
+        ("BANDITGATE_SECRET_KEY", "secret_key", ""),  # encrypts the replay key stored with the backends
+        ("BANDITGATE_REPLAY_API_KEY", "replay_key", "rpl_"),
+    ):
+        if variable not in os.environ:
+            os.environ[variable] = _state_secret(state_dir, name, prefix)
     dataset = state_dir / "demo-dataset"
     if not (dataset / "rows.jsonl").exists():
         from app.demo_dataset import write_demo_dataset
@@ -97,11 +129,20 @@ Watch it learn (replays {dataset}: maths is best on demo-large, everyday writing
 def cmd_replay_backends(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from app.api.http_limits import HttpLimits
     from app.replay_backends import load_dataset, replay_app
 
+    settings = Settings()
+    api_key = args.api_key or (
+        settings.replay_api_key.get_secret_value() if settings.replay_api_key else None
+    )
+    if api_key is None:
+        api_key = "rpl_" + secrets.token_urlsafe(24)
+        print(f"no --api-key nor BANDITGATE_REPLAY_API_KEY: calls need 'Bearer {api_key}'", flush=True)
     dataset = load_dataset(args.dataset)
     print(f"serving {', '.join(dataset.names)} at http://{args.host}:{args.port}/<model>/v1", flush=True)
-    uvicorn.run(replay_app(dataset), host=args.host, port=args.port)
+    app = replay_app(dataset, api_key, HttpLimits.of(settings))
+    uvicorn.run(app, host=args.host, port=args.port, **server_limits(settings))
     return 0
 
 
@@ -126,6 +167,50 @@ def cmd_replay_evaluator(args: argparse.Namespace) -> int:
         return 0
 
     return asyncio.run(run())
+
+
+def cmd_warm_start(args: argparse.Namespace) -> int:
+    """Upload a replay dataset, a JSONL file, or the tenant's direct calls as a router's warm start."""
+    import httpx
+    from tqdm import tqdm
+
+    from app.warm_start_client import (
+        Gateway,
+        WarmStartError,
+        import_direct_calls,
+        jsonl_rows,
+        upload_rows,
+    )
+
+    if not args.admin_key:
+        print("error: pass --admin-key or set BANDITGATE_ADMIN_KEY", file=sys.stderr)
+        return 2
+    headers = {"Authorization": f"Bearer {args.admin_key}"}
+    with httpx.Client(base_url=args.gateway, headers=headers, timeout=args.timeout) as client:
+        gateway = Gateway(client, args.tenant, args.router, args.retries, args.backoff_s)
+        try:
+            if args.from_direct_calls:
+                with tqdm(unit="event", desc="direct calls", disable=args.quiet) as bar:
+                    summary = import_direct_calls(gateway, args.batch_size, bar.update)
+            elif args.jsonl is not None:
+                size = args.jsonl.stat().st_size
+                with tqdm(total=size, unit="B", unit_scale=True, desc="rows", disable=args.quiet) as bar:
+                    rows = jsonl_rows(args.jsonl, args.id_prefix)
+                    summary = upload_rows(gateway, rows, args.batch_size, bar.update, args.batch_bytes)
+            else:
+                from bench.dataset import load_dataset
+                from bench.warm_start import dataset_rows
+
+                dataset = load_dataset(args.dataset)
+                total = dataset.n_prompts * len(dataset.model_names)
+                with tqdm(total=total, unit="row", desc="rows", disable=args.quiet) as bar:
+                    rows = dataset_rows(dataset, args.id_prefix)
+                    summary = upload_rows(gateway, rows, args.batch_size, bar.update, args.batch_bytes)
+        except WarmStartError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+    print(summary.line())
+    return 0
 
 
 def cmd_bench(args: argparse.Namespace, rest: list[str]) -> int:
@@ -172,6 +257,9 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--dataset", required=True, help="directory with models.json and rows.jsonl")
     replay.add_argument("--host", default="127.0.0.1")
     replay.add_argument("--port", type=int, default=8100)
+    replay.add_argument(
+        "--api-key", default=None, help="the Bearer key callers must send (default BANDITGATE_REPLAY_API_KEY)"
+    )
     replay.set_defaults(func=cmd_replay_backends)
 
     evaluator = sub.add_parser("replay-evaluator", help="send a replay dataset's prompts and logged rewards")
@@ -184,6 +272,57 @@ def build_parser() -> argparse.ArgumentParser:
     evaluator.add_argument("--seed", type=int, default=0, help="row order and reward samples")
     evaluator.add_argument("--timeout", type=float, default=120.0, help="HTTP timeout per request (s)")
     evaluator.set_defaults(func=cmd_replay_evaluator)
+
+    warm = sub.add_parser(
+        "warm-start",
+        help="teach a router from logs: a replay dataset, a JSONL file or the tenant's direct calls",
+        description="Upload logged outcomes as offline events of a router through the gateway's admin "
+        "endpoint, in batches, with a progress bar. Idempotent by row id: rerun the same command to resume.",
+    )
+    warm.add_argument("--gateway", required=True, help="the gateway's base URL")
+    warm.add_argument(
+        "--admin-key",
+        default=os.environ.get("BANDITGATE_ADMIN_KEY"),
+        help="the gateway's admin key (default: $BANDITGATE_ADMIN_KEY, which keeps it out of the process list)",
+    )
+    warm.add_argument("--tenant", required=True)
+    warm.add_argument("--router", required=True, help="the router to teach")
+    source = warm.add_mutually_exclusive_group(required=True)
+    source.add_argument("--dataset", type=Path, help="a replay dataset directory (every model's outcome)")
+    source.add_argument(
+        "--jsonl", type=Path, help="a JSONL file of {id?, prompt | embedding, model, reward, cost?}"
+    )
+    source.add_argument(
+        "--from-direct-calls",
+        action="store_true",
+        help="the tenant's direct calls (model: '<backend>' on /v1) that received a reward",
+    )
+    warm.add_argument("--batch-size", type=int, default=500, help="rows per request (default 500)")
+    warm.add_argument(
+        "--batch-bytes",
+        type=int,
+        default=BATCH_BYTES,
+        help=f"bytes per request (default {BATCH_BYTES}); a batch the gateway refuses as too large (413) is "
+        "halved and resent",
+    )
+    warm.add_argument(
+        "--retries",
+        type=int,
+        default=RETRIES,
+        help=f"retries on connection errors and 5xx (default {RETRIES})",
+    )
+    warm.add_argument(
+        "--backoff-s",
+        type=float,
+        default=BACKOFF_S,
+        help=f"wait before the first retry, doubled for each next one (default {BACKOFF_S})",
+    )
+    warm.add_argument(
+        "--id-prefix", default="", help="prepended to every row id (re-teach a reset router: a new prefix)"
+    )
+    warm.add_argument("--timeout", type=float, default=300.0, help="HTTP timeout per batch (s)")
+    warm.add_argument("--quiet", action="store_true", help="no progress bar")
+    warm.set_defaults(func=cmd_warm_start)
 
     sub.add_parser("bench", help="offline replay benchmarks (banditgate bench --help)", add_help=False)
     sub.add_parser("worker", help="background workers: snapshot, embed (banditgate worker NAME --help)")

@@ -13,6 +13,7 @@ from app.bus import EventBus
 from app.catalog import Catalog
 from app.compaction import CompactionLoop
 from app.embedding import EmbeddingService
+from app.ratelimit.limits import RateLimiter
 from app.settings import Settings
 from app.state import PolicyStates
 
@@ -31,5 +32,6 @@ class AppContext:
     embeddings: EmbeddingService
     backends: BackendClient
     catalog: Catalog
+    limiter: RateLimiter
     compaction: CompactionLoop | None = None
     probes: ProbeRunner | None = None  # made on first use (app/routing/probes.py)

@@ -1,6 +1,8 @@
 """The demo set-up of ``banditgate demo``: two backends, a tenant and its default router.
 
 Idempotent: running it again reuses what exists and issues a fresh tenant key (keys are shown once).
+The backends carry the replay backends' key (``BANDITGATE_REPLAY_API_KEY``, encrypted with
+``BANDITGATE_SECRET_KEY``; ``banditgate demo`` generates both), set again on every run.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from dataclasses import dataclass
 from sqlalchemy import select
 
 from app.auth import display_prefix, hash_key, new_api_key
+from app.backend_keys import encrypt_key, fernet_for
 from app.settings import Settings
 from app.store.db import make_engine, make_sessionmaker
 from app.store.models import ApiKey, Backend, Router, Tenant
@@ -35,9 +38,18 @@ async def set_up_demo(settings: Settings, backend_base_url: str) -> DemoSetup:
     engine = make_engine(settings.database_url)
     try:
         async with make_sessionmaker(engine)() as session:
+            replay_key = settings.replay_api_key
+            sealed = (
+                encrypt_key(fernet_for(settings.secret_key), replay_key.get_secret_value())
+                if replay_key is not None
+                else None
+            )
             for spec in DEMO_BACKENDS:
-                if await session.scalar(select(Backend).where(Backend.name == spec["name"])) is None:
-                    session.add(Backend(base_url=f"{backend_base_url}/{spec['name']}/v1", **spec))
+                backend = await session.scalar(select(Backend).where(Backend.name == spec["name"]))
+                if backend is None:
+                    backend = Backend(base_url=f"{backend_base_url}/{spec['name']}/v1", **spec)
+                    session.add(backend)
+                backend.api_key_secret = sealed
             tenant = await session.scalar(select(Tenant).where(Tenant.name == DEMO_TENANT))
             if tenant is None:
                 tenant = Tenant(name=DEMO_TENANT)

@@ -134,6 +134,12 @@ class EmbeddingPoolClient:
         await self.redis.aclose()
 
 
+# Prompts up to this many characters are split for the embed-text rule on the event loop (about 1 us
+# per character with minilm's tokenizer, which holds the GIL in a thread as well); longer ones in a
+# worker thread, where the interpreter's switch interval lets the loop serve other requests meanwhile.
+INLINE_TOKENIZE_CHARS = 1000
+
+
 class EmbeddingService:
     def __init__(
         self,
@@ -141,8 +147,10 @@ class EmbeddingService:
         cache: EmbeddingCache,
         pool: EmbeddingPoolClient | None = None,
         tokenizer: PieceTokenizer | None = None,
+        inline_chars: int = INLINE_TOKENIZE_CHARS,
     ) -> None:
         self.embedder = embedder
+        self.inline_chars = inline_chars
         self.cache = cache
         self.pool = pool
         # the embedder's word pieces, for the embed-text rule (embeddings.registry.load_tokenizer)
@@ -155,8 +163,14 @@ class EmbeddingService:
 
     async def embed_prompt(self, prompt: Prompt, rule: EmbedText) -> np.ndarray:
         """The prompt's unit embedding under a router's embed-text rule: the text(s) the rule picks
-        (embeddings.prompt_text, as the bench does), each embedded through the cache, pooled."""
-        texts = await asyncio.to_thread(embedding_texts, prompt, rule, self.tokenizer)
+        (embeddings.prompt_text, as the bench does), each embedded through the cache, pooled. A prompt
+        of at most ``inline_chars`` characters is split on the event loop (the hand-off to a thread
+        costs more than that), a longer one in a worker thread."""
+        chars = len(prompt) if isinstance(prompt, str) else sum(len(text) for _, text in prompt)
+        if chars <= self.inline_chars:
+            texts = embedding_texts(prompt, rule, self.tokenizer)
+        else:
+            texts = await asyncio.to_thread(embedding_texts, prompt, rule, self.tokenizer)
         vectors = [(await self.embed(text))[0] for text in texts]
         return pool(np.stack(vectors))
 

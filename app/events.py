@@ -1,7 +1,9 @@
 """The messages that travel on the event bus, and their wire encoding (one JSON field per message).
 
 ``FeedbackMessage`` carries everything a replica needs to fold an event (the decision's embedding
-included), so folding never reads the database. ``RouterChanged`` tells replicas that a router's
+included), so folding never reads the database. An ``offline`` event (a warm-start log row) has no
+decision: its message carries the row's own embedding, and its row id in ``decision_id`` (the key the
+policy's observation gets). ``RouterChanged`` tells replicas that a router's
 configuration or learned state was replaced (update, reset, import): they drop their copy and reload.
 ``CatalogChanged`` tells them to drop their cached keys, routers and backends (app/catalog.py).
 """

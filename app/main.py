@@ -9,9 +9,22 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from redis.asyncio import Redis
 
-from app.api import admin_backends, admin_routers, admin_tenants, errors, feedback, health, openai, route
+from app.api import (
+    admin_backends,
+    admin_observations,
+    admin_policies,
+    admin_routers,
+    admin_tenants,
+    contract,
+    errors,
+    feedback,
+    health,
+    openai,
+    route,
+)
 from app.api.admin_logs import router as admin_logs_router
 from app.api.admin_stats import router as admin_stats_router
+from app.api.http_limits import HttpLimits, RequestLimits
 from app.api.metrics import RequestMetrics
 from app.api.metrics import router as metrics_router
 from app.backends import BackendClient
@@ -28,6 +41,10 @@ from app.embedding import (
     RedisEmbeddingCache,
 )
 from app.events import CatalogChanged, Message, RouterChanged
+from app.input_types import JsonLimits
+from app.ratelimit.limits import RateLimiter, auth_failure_limits
+from app.ratelimit.local import InProcessLimiter
+from app.ratelimit.shared import RedisLimiter
 from app.settings import Settings
 from app.state import PolicyStates
 from app.store.db import make_engine, make_sessionmaker
@@ -65,7 +82,18 @@ async def open_context(settings: Settings) -> AppContext:
     embeddings = EmbeddingService(embedder, cache, pool)
     backends = BackendClient(settings)
     catalog = Catalog(sessionmaker, settings)
-    ctx = AppContext(settings, engine, sessionmaker, redis, bus, states, embeddings, backends, catalog)
+    limiter: RateLimiter
+    if redis is not None:
+        limiter = RedisLimiter(
+            redis, settings.rate_limit_prefix, auth_failure_limits(settings), settings.rate_limit_slot_lease_s
+        )
+    else:
+        limiter = InProcessLimiter(
+            auth_failure_limits(settings), max_addresses=settings.auth_failure_max_addresses
+        )
+    ctx = AppContext(
+        settings, engine, sessionmaker, redis, bus, states, embeddings, backends, catalog, limiter
+    )
 
     async def on_message(message: Message) -> None:
         if isinstance(message, CatalogChanged | RouterChanged):
@@ -112,19 +140,32 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         summary="A model-routing gateway that learns online which backend to call for each prompt.",
         lifespan=lifespan,
     )
-    for module in (health, route, feedback, admin_tenants, admin_backends, admin_routers):
+    for module in (
+        health,
+        route,
+        feedback,
+        admin_tenants,
+        admin_backends,
+        admin_routers,
+        admin_observations,
+        admin_policies,
+    ):
         app.include_router(module.router)
     app.include_router(openai.router)
     if settings.replay_dataset:
         from app.replay_backends import load_dataset, replay_app
 
-        app.mount("/replay", replay_app(load_dataset(settings.replay_dataset)))
+        replay_key = settings.replay_api_key.get_secret_value() if settings.replay_api_key else None
+        limits = HttpLimits.of(settings)
+        app.mount("/replay", replay_app(load_dataset(settings.replay_dataset), replay_key, limits))
     app.include_router(admin_stats_router)
     app.include_router(admin_logs_router)
     if settings.metrics_enabled:
         app.include_router(metrics_router)
-        app.add_middleware(RequestMetrics)
     mount_dashboard(app)
-
-    errors.install(app)
+    app.add_middleware(RequestLimits, limits=HttpLimits.of(settings), json_limits=JsonLimits.of(settings))
+    if settings.metrics_enabled:  # outside RequestLimits: its 413/431/408 answers are counted too
+        app.add_middleware(RequestMetrics)
+    errors.install(app)  # adds the last-resort 500 outside every other middleware
+    contract.install(app)
     return app

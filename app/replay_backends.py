@@ -13,6 +13,10 @@ with the logged token counts as ``usage``; absent counts are estimated as the of
 (docs/datasets.md in the bench work): input = prompt characters / 4, output = response characters / 4, or
 the model's ``default_tokens_out`` (256) when no response is logged. Model names may contain ``/``. ``banditgate replay-backends``
 runs it; ``banditgate demo`` mounts it at ``/replay`` over a synthetic dataset (app/demo_dataset.py).
+
+Every call needs ``Authorization: Bearer <api_key>`` (``BANDITGATE_REPLAY_API_KEY``; the demo generates
+one and registers its backends with it): served inside a public gateway they would otherwise be free
+model endpoints for anyone. Bodies are bounded by the request limits (app/api/http_limits.py).
 """
 
 from __future__ import annotations
@@ -24,11 +28,13 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import Body, FastAPI, HTTPException, status
+from fastapi import Body, Depends, FastAPI, Header, HTTPException, status
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from app.api.http_limits import HttpLimits, RequestLimits
+from app.auth import bearer_token, matches_secret
 from app.schemas import ChatMessage, RouteRequest
 from routers.replay_format import DatasetError, ModelPrice, read_models, read_rows, whole_tokens
 
@@ -126,8 +132,24 @@ def _stream(model: str, text: str, usage: dict[str, int], include_usage: bool) -
     yield b"data: [DONE]\n\n"
 
 
-def replay_app(dataset: ReplayDataset) -> FastAPI:
-    app = FastAPI(title="banditgate replay backends", description=dataset.description)
+def replay_app(dataset: ReplayDataset, api_key: str | None, limits: HttpLimits) -> FastAPI:
+    """The dataset's models as backends that answer only ``Bearer api_key`` (none when it is None)."""
+
+    def require_key(authorization: Annotated[str | None, Header()] = None) -> None:
+        token = bearer_token(authorization)
+        if token is None or not matches_secret(token, api_key):
+            raise HTTPException(
+                status.HTTP_401_UNAUTHORIZED,
+                "the replay backends need 'Authorization: Bearer <BANDITGATE_REPLAY_API_KEY>'",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+
+    app = FastAPI(
+        title="banditgate replay backends",
+        description=dataset.description,
+        dependencies=[Depends(require_key)],
+    )
+    app.add_middleware(RequestLimits, limits=limits)
 
     def model_or_404(name: str) -> ModelPrice:
         model = dataset.model(name)

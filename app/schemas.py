@@ -3,14 +3,34 @@
 from __future__ import annotations
 
 import math
-from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from app.input_types import (
+    ROW_ID_CHARS,
+    BackendName,
+    DbInt,
+    DecisionId,
+    ForwardBody,
+    HttpUrl,
+    JsonObject,
+    KeyName,
+    ModelName,
+    PolicyName,
+    Role,
+    RouterName,
+    Secret,
+    StateUpload,
+    TenantName,
+    Text,
+    UpstreamModel,
+    check_forwarded,
+)
+from app.settings import RATE_LIMIT_MAX
+from app.timewindow import UtcTime
 from embeddings.prompt_text import DEFAULT_STRATEGY, MAX_TOKENS, MIN_TOKENS, STRATEGIES, EmbedText, Prompt
 
-Name = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")
 FiniteNonNeg = Field(0.0, ge=0, allow_inf_nan=False)
 
 
@@ -22,25 +42,52 @@ class Strict(BaseModel):
 
 
 class TenantCreate(Strict):
-    name: str = Name
+    name: TenantName
+
+
+class TenantLimits(Strict):
+    """Each of a tenant's keys' rate limits; null (or left out) = the server's default
+    (``BANDITGATE_RATE_LIMIT_RPS``, ``_BURST``, ``_CONCURRENCY``)."""
+
+    rate_limit_rps: float | None = Field(
+        None, gt=0, le=RATE_LIMIT_MAX, allow_inf_nan=False, description="requests per second per key"
+    )
+    rate_limit_burst: int | None = Field(
+        None, ge=1, le=RATE_LIMIT_MAX, description="requests a key may send at once (token bucket size)"
+    )
+    rate_limit_concurrency: int | None = Field(
+        None, ge=1, le=RATE_LIMIT_MAX, description="requests in flight per key"
+    )
+
+
+class EffectiveLimits(BaseModel):
+    rate_limit_rps: float
+    rate_limit_burst: int
+    rate_limit_concurrency: int
+
+
+class TenantLimitsOut(BaseModel):
+    configured: TenantLimits = Field(description="the tenant's own values (null = the default)")
+    effective: EffectiveLimits = Field(description="what each of its keys gets now")
 
 
 class TenantOut(BaseModel):
     id: int
     name: str
-    created_at: datetime
+    created_at: UtcTime
+    limits: TenantLimits = Field(description="the tenant's own rate limits (null = the default)")
 
 
 class KeyCreate(Strict):
-    name: str = Field("", max_length=100)
+    name: KeyName = ""
 
 
 class KeyOut(BaseModel):
     id: int
     prefix: str
     name: str
-    created_at: datetime
-    revoked_at: datetime | None = None
+    created_at: UtcTime
+    revoked_at: UtcTime | None = None
 
 
 class KeyCreated(KeyOut):
@@ -52,30 +99,30 @@ class KeyCreated(KeyOut):
 
 class BackendFields(Strict):
     kind: Literal["chat", "image"] = "chat"
-    base_url: str = Field(min_length=1, max_length=2000, pattern=r"^https?://")
-    upstream_model: str | None = Field(None, max_length=200, description="model name sent upstream")
+    base_url: HttpUrl
+    upstream_model: UpstreamModel | None = Field(None, description="model name sent upstream")
     usd_per_mtok_in: float = FiniteNonNeg
     usd_per_mtok_out: float = FiniteNonNeg
     usd_per_call: float = FiniteNonNeg
     default_tokens_out: int = Field(256, gt=0, le=1_000_000)
     timeout_s: float = Field(60.0, gt=0, le=3600, allow_inf_nan=False)
-    api_key: str | None = Field(None, description="write-only: stored, never returned")
+    api_key: Secret | None = Field(None, description="write-only: stored, never returned")
 
 
 class BackendCreate(BackendFields):
-    name: str = Name
+    name: BackendName
 
 
 class BackendUpdate(Strict):
     kind: Literal["chat", "image"] | None = None
-    base_url: str | None = Field(None, min_length=1, max_length=2000, pattern=r"^https?://")
-    upstream_model: str | None = None
+    base_url: HttpUrl | None = None
+    upstream_model: UpstreamModel | None = None
     usd_per_mtok_in: float | None = Field(None, ge=0, allow_inf_nan=False)
     usd_per_mtok_out: float | None = Field(None, ge=0, allow_inf_nan=False)
     usd_per_call: float | None = Field(None, ge=0, allow_inf_nan=False)
     default_tokens_out: int | None = Field(None, gt=0, le=1_000_000)
     timeout_s: float | None = Field(None, gt=0, le=3600, allow_inf_nan=False)
-    api_key: str | None = None
+    api_key: Secret | None = None
 
 
 class BackendOut(BaseModel):
@@ -90,8 +137,8 @@ class BackendOut(BaseModel):
     default_tokens_out: int
     timeout_s: float
     has_api_key: bool
-    created_at: datetime
-    updated_at: datetime
+    created_at: UtcTime
+    updated_at: UtcTime
 
 
 # --- routers ---------------------------------------------------------------------------------------------
@@ -108,7 +155,7 @@ def _check_range(value: list[float] | None) -> list[float] | None:
 class EmbedTextConfig(Strict):
     """What of each prompt the router's embedder reads (embeddings/prompt_text.py, README "Router settings")."""
 
-    strategy: str = Field(DEFAULT_STRATEGY, description=f"one of {', '.join(STRATEGIES)}")
+    strategy: Text = Field(DEFAULT_STRATEGY, description=f"one of {', '.join(STRATEGIES)}")
     max_tokens: int | None = Field(
         None,
         ge=MIN_TOKENS,
@@ -127,16 +174,18 @@ class EmbedTextConfig(Strict):
 
 
 class RouterCreate(Strict):
-    name: str = Name
-    policy: str = Field(min_length=1, max_length=100)
-    hyperparameters: dict[str, Any] = Field(default_factory=dict)
-    arms: list[str] = Field(min_length=1, max_length=256, description="backend names")
-    reward_range: list[float] = Field(default_factory=lambda: [0.0, 1.0])
-    seed: int = Field(0, ge=0, le=2**63 - 1)
-    is_default: bool = False
-    judge_url: str | None = Field(
-        None, max_length=2000, pattern=r"^https?://", description="HTTP judge for gateway-driven cascades"
+    name: RouterName
+    policy: PolicyName | None = Field(
+        None,
+        description="registered policy name; omitted or 'default' = the default policy (docs/policies/default.md), "
+        "stored as the concrete policy and hyperparameters it resolves to",
     )
+    hyperparameters: dict[str, Any] = Field(default_factory=dict)
+    arms: list[BackendName] = Field(min_length=1, max_length=256, description="backend names")
+    reward_range: list[float] = Field(default_factory=lambda: [0.0, 1.0])
+    seed: DbInt = 0
+    is_default: bool = False
+    judge_url: HttpUrl | None = Field(None, description="HTTP judge for gateway-driven cascades")
     judge_threshold: float = Field(0.5, allow_inf_nan=False, description="a judge score at or above passes")
     embed_text: EmbedTextConfig | None = Field(
         None, description="what of each prompt is embedded; null = default"
@@ -146,13 +195,13 @@ class RouterCreate(Strict):
 
 
 class RouterUpdate(Strict):
-    policy: str | None = Field(None, min_length=1, max_length=100)
+    policy: PolicyName | None = None
     hyperparameters: dict[str, Any] | None = None
-    arms: list[str] | None = Field(None, min_length=1, max_length=256)
+    arms: list[BackendName] | None = Field(None, min_length=1, max_length=256)
     reward_range: list[float] | None = None
-    seed: int | None = Field(None, ge=0, le=2**63 - 1)
+    seed: DbInt | None = None
     is_default: bool | None = None
-    judge_url: str | None = Field(
+    judge_url: Text | None = Field(
         None, max_length=2000, pattern=r"^(https?://.*)?$", description="'' removes it"
     )
     judge_threshold: float | None = Field(None, allow_inf_nan=False)
@@ -175,8 +224,8 @@ class RouterOut(BaseModel):
     judge_url: str | None = None
     judge_threshold: float = 0.5
     embed_text: EmbedTextConfig = Field(default_factory=EmbedTextConfig)
-    created_at: datetime
-    updated_at: datetime
+    created_at: UtcTime
+    updated_at: UtcTime
 
 
 class RouterStateOut(BaseModel):
@@ -190,7 +239,7 @@ class RouterStateOut(BaseModel):
 
 
 class RouterStateImport(Strict):
-    state: dict[str, Any]
+    state: StateUpload = Field(description="an export's state (limit: BANDITGATE_STATE_IMPORT_MAX_BYTES)")
 
 
 # --- routing and feedback -----------------------------------------------------------------------------
@@ -198,28 +247,35 @@ class RouterStateImport(Strict):
 
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
-    role: str = Field(min_length=1, max_length=50)
+    role: Role
     content: str | list[dict[str, Any]] | None = None
+
+    _content = field_validator("content")(check_forwarded)
+
+    @model_validator(mode="after")
+    def _extras(self) -> ChatMessage:
+        check_forwarded(self.model_extra or {})
+        return self
 
 
 class RouteRequest(Strict):
-    router: str | None = Field(None, description="router name; omitted = the tenant's default router")
-    prompt: str | None = Field(None, description="the prompt text (or give messages)")
+    router: RouterName | None = Field(None, description="router name; omitted = the tenant's default router")
+    prompt: Text | None = Field(None, description="the prompt text (or give messages)")
     messages: list[ChatMessage] | None = Field(None, min_length=1, description="OpenAI-style chat messages")
-    candidates: list[str] | None = Field(
+    candidates: list[ModelName] | None = Field(
         None, min_length=1, description="restrict the choice to these models"
     )
-    metadata: dict[str, Any] = Field(default_factory=dict)
-    seed: int | None = Field(
+    metadata: JsonObject = Field(
+        default_factory=dict, description="stored with the decision (limit: BANDITGATE_METADATA_MAX_BYTES)"
+    )
+    seed: DbInt | None = Field(
         None,
-        ge=0,
-        le=2**63 - 1,
         description="the decision's randomness comes from (router seed, this seed) instead of the decision "
         "id: the same requests in the same order to a router in the same state get the same decisions "
         "(OpenAI's 'seed'; /v1 endpoints take it from the body)",
     )
     forward: bool = Field(False, description="call the chosen backend and return its answer too")
-    request: dict[str, Any] | None = Field(
+    request: ForwardBody | None = Field(
         None,
         description="with forward: the OpenAI-style body sent upstream (messages -> chat completions, "
         "prompt -> image generations); its messages/prompt are routed when 'prompt'/'messages' are omitted",
@@ -285,18 +341,20 @@ FeedbackKind = Literal["bandit", "query", "cascade-step", "cost"]
 
 
 class FeedbackRequest(Strict):
-    decision_id: str = Field(min_length=1, max_length=64)
-    model: str | None = Field(None, description="defaults to the decision's first model")
+    decision_id: DecisionId
+    model: ModelName | None = Field(None, description="defaults to the decision's first model")
     kind: FeedbackKind = "bandit"
     reward: float | None = Field(None, allow_inf_nan=False, description="within the router's reward range")
     cost: float | None = Field(None, ge=0, allow_inf_nan=False, description="USD spent on this call")
     output_embedding: list[float] | None = Field(
         None, max_length=8192, description="the answer's embedding (mixture policies)"
     )
-    output_text: str | None = Field(
+    output_text: Text | None = Field(
         None, min_length=1, description="the answer's text; the gateway embeds it into output_embedding"
     )
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: JsonObject = Field(
+        default_factory=dict, description="stored with the event (limit: BANDITGATE_METADATA_MAX_BYTES)"
+    )
 
     @model_validator(mode="after")
     def _something(self) -> FeedbackRequest:
@@ -324,6 +382,53 @@ class FeedbackAccepted(BaseModel):
     duplicate: bool = Field(
         description="true when this feedback was already recorded (the first id is returned)"
     )
+
+
+class OfflineRow(Strict):
+    """One logged outcome uploaded as a warm start (``POST /admin/tenants/{t}/routers/{r}/observations``)."""
+
+    id: Text = Field(
+        min_length=1,
+        max_length=ROW_ID_CHARS,
+        description="the row's id, unique per router: a row id already uploaded is a duplicate",
+    )
+    prompt: Text | None = Field(
+        None, min_length=1, description="embedded on upload by the router's embed-text rule"
+    )
+    embedding: list[float] | None = Field(
+        None,
+        min_length=1,
+        max_length=8192,
+        description="the prompt's embedding (the gateway's embedder's dimension)",
+    )
+    model: ModelName = Field(description="an arm of the router")
+    reward: float = Field(allow_inf_nan=False, description="within the router's reward range")
+    cost: float | None = Field(None, ge=0, allow_inf_nan=False, description="USD the logged call cost")
+
+    @model_validator(mode="after")
+    def _one_context(self) -> OfflineRow:
+        if (self.prompt is None) == (self.embedding is None):
+            raise ValueError("a row needs exactly one of 'prompt' or 'embedding'")
+        if self.embedding is not None and not all(math.isfinite(v) for v in self.embedding):
+            raise ValueError("embedding must contain finite numbers")
+        return self
+
+
+class ObservationsAccepted(BaseModel):
+    rows: int = Field(description="rows in the upload")
+    new: int = Field(description="rows written as new offline events (every replica folds them)")
+    duplicates: int = Field(description="rows whose id this router already holds: not learned again")
+    last_event_id: int | None = Field(description="the newest event id written by this upload (null: none)")
+
+
+class DirectCallsImported(BaseModel):
+    scanned: int = Field(description="direct-call feedback events read after `after`")
+    new: int = Field(description="rows written as new offline events")
+    duplicates: int = Field(description="rows this router already holds (imported before)")
+    skipped: int = Field(
+        description="events not about an arm of the router, or without a reward in its range"
+    )
+    next_after: int | None = Field(description="pass as `after` for the next page; null: none left")
 
 
 class FeedbackBatch(Strict):
@@ -373,10 +478,14 @@ class ForwardedRouteResponse(RouteResponse):
 
 
 class CascadeNextRequest(Strict):
-    model: str | None = Field(None, description="the step that failed; defaults to the last model offered")
+    model: ModelName | None = Field(
+        None, description="the step that failed; defaults to the last model offered"
+    )
     reward: float | None = Field(None, allow_inf_nan=False, description="the failed step's reward")
     cost: float | None = Field(None, ge=0, allow_inf_nan=False, description="USD the failed step cost")
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: JsonObject = Field(
+        default_factory=dict, description="stored with the step (limit: BANDITGATE_METADATA_MAX_BYTES)"
+    )
 
 
 class CascadeNextResponse(BaseModel):
@@ -397,7 +506,7 @@ class PendingProbe(BaseModel):
     prompt_hash: str
     answer: str | None
     cost: float | None
-    created_at: datetime
+    created_at: UtcTime
 
 
 class PendingProbes(BaseModel):

@@ -7,8 +7,13 @@ cache, so ``banditgate serve`` works with nothing else installed. Point ``databa
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any, Literal, Self
+
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+RATE_LIMIT_MAX = 1_000_000  # the largest rate, burst or concurrency a key may be given (setting or tenant)
 
 
 class Settings(BaseSettings):
@@ -27,6 +32,12 @@ class Settings(BaseSettings):
     clip_weights: str | None = Field(None, description="local OpenCLIP checkpoint for a clip:<arch> embedder")
     max_prompt_chars: int = Field(32_000, gt=0, description="longer prompts get 413")
     max_feedback_batch: int = Field(1_000, gt=0, description="most events in one POST /feedback/batch")
+    max_offline_batch: int = Field(
+        1_000, gt=0, description="most rows in one POST /admin/tenants/{t}/routers/{r}/observations"
+    )
+    max_offline_body_bytes: int = Field(
+        64 * 1024 * 1024, gt=0, description="largest body of one POST .../observations upload (413 above)"
+    )
     embedding_cache_size: int = Field(10_000, ge=0, description="in-process embedding cache entries")
     embedding_cache_ttl_s: int = Field(7 * 24 * 3600, gt=0, description="Redis embedding cache TTL")
     read_your_writes_timeout_s: float = Field(
@@ -70,8 +81,62 @@ class Settings(BaseSettings):
     stats_max_buckets: int = Field(
         2_000, gt=0, description="most time buckets one /admin/.../stats request may ask for"
     )
+    stats_max_bucket_s: int = Field(
+        366 * 86400, gt=0, description="widest time bucket of a stats request, in seconds (wider is a 422)"
+    )
     admin_page_max: int = Field(500, gt=0, description="largest page of /admin/decisions and /admin/feedback")
+    json_max_depth: int = Field(
+        32,
+        ge=1,
+        le=256,
+        description="deepest nesting of any free-form JSON a client sends (metadata, bodies)",
+    )
+    metadata_max_bytes: int = Field(
+        65_536,
+        gt=0,
+        description="largest `metadata` of a route, feedback event or cascade step (compact JSON)",
+    )
+    state_import_max_bytes: int = Field(
+        67_108_864, gt=0, description="largest body of a router state import, POST .../state (413 above)"
+    )
     metrics_enabled: bool = Field(True, description="serve Prometheus metrics at GET /metrics")
+    metrics_token: SecretStr | None = Field(
+        None, description="Bearer token for GET /metrics; unset = the admin key is needed instead"
+    )
+    metrics_public: bool = Field(
+        False, description="serve GET /metrics without any key (only behind a network you trust)"
+    )
+    replay_api_key: SecretStr | None = Field(
+        None,
+        description="Bearer key the replay backends under /replay demand (banditgate demo generates one); "
+        "unset = they refuse every call",
+    )
+    max_body_bytes: int = Field(
+        4 * 1024 * 1024,
+        gt=0,
+        description="largest request body of every endpoint but the bulk uploads (413; the table of "
+        "app/api/http_limits.py)",
+    )
+    body_read_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="a request body must arrive in full within this many seconds of its headers (408)",
+    )
+    max_header_bytes: int = Field(
+        32 * 1024,
+        ge=1024,
+        description="largest request head (request line and headers; from banditgate serve a 431 under httptools, a 400 under h11; else 431)",
+    )
+    max_header_count: int = Field(100, gt=0, description="most request headers (431)")
+    http_parser: Literal["httptools", "h11"] = Field(
+        "httptools",
+        description="banditgate serve's HTTP/1.1 parser: httptools (fast; the head bounded by "
+        "app/api/http_parser.py) or h11 (pure Python, slower)",
+    )
+    keep_alive_s: float = Field(
+        5.0, gt=0, allow_inf_nan=False, description="an idle keep-alive connection is closed after this"
+    )
     snapshot_interval_s: float = Field(30.0, gt=0, description="how often the snapshotter worker runs")
     snapshot_lag_s: float = Field(
         10.0, ge=0, description="snapshots claim only events created at least this long ago"
@@ -101,6 +166,45 @@ class Settings(BaseSettings):
         5.0, ge=0, description="embedding worker: longest wait for a batch to fill"
     )
 
+    rate_limit_rps: float = Field(
+        1_000.0,
+        gt=0,
+        le=RATE_LIMIT_MAX,
+        allow_inf_nan=False,
+        description="requests per second per API key (token bucket refill rate); a tenant's own value "
+        "(PUT /admin/tenants/{tenant}/limits) overrides it",
+    )
+    rate_limit_burst: int = Field(
+        2_000, ge=1, le=RATE_LIMIT_MAX, description="token bucket size per API key: requests sent at once"
+    )
+    rate_limit_concurrency: int = Field(
+        256, ge=1, le=RATE_LIMIT_MAX, description="requests one API key may have in flight at once"
+    )
+    rate_limit_slot_lease_s: float = Field(
+        900.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="with Redis: an in-flight slot a crashed process never released expires after this",
+    )
+    auth_failure_limit: int = Field(
+        50, ge=1, description="wrong keys one client address may send per auth_failure_window_s"
+    )
+    auth_failure_window_s: float = Field(
+        60.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="window of auth_failure_limit (its bucket refills over it)",
+    )
+    auth_failure_max_addresses: int = Field(
+        10_000,
+        ge=1,
+        description="without Redis: client addresses whose failed authentications are remembered; past "
+        "this many, the least recently failing address is forgotten",
+    )
+    rate_limit_prefix: str = Field(
+        "banditgate:ratelimit", min_length=1, description="prefix of the rate limiter's Redis keys"
+    )
+
     @field_validator("database_url")
     @classmethod
     def _async_driver(cls, url: str) -> str:
@@ -109,3 +213,19 @@ class Settings(BaseSettings):
         if url.startswith("sqlite:///"):
             return "sqlite+aiosqlite:///" + url.removeprefix("sqlite:///")
         return url
+
+
+class SettingsView:
+    """Base of a frozen dataclass whose fields are named after settings: the part of the configuration
+    one mechanism needs (the request limits, the JSON limits), built the one way, ``of(settings)``."""
+
+    @classmethod
+    def of(cls, settings: Settings | None = None) -> Self:
+        """The fields' values in ``settings``; the settings' defaults when None (no environment read)."""
+        names = [field.name for field in dataclasses.fields(cls)]  # type: ignore[arg-type]
+        values: dict[str, Any] = (
+            {name: Settings.model_fields[name].default for name in names}
+            if settings is None
+            else {name: getattr(settings, name) for name in names}
+        )
+        return cls(**values)

@@ -1,7 +1,10 @@
 """Time windows of the admin views: ``since``/``until`` query parameters and a bucket width.
 
-Times are ISO 8601; one without a zone is taken as UTC. A bucket width is a number of seconds or a
-number with a unit: ``30s``, ``5m``, ``1h``, ``1d``. Every mistake is a 422 that names the parameter.
+Times are ISO 8601; one without a zone is taken as UTC, and each must lie in [``EARLIEST``, ``LATEST``]
+(the range every database and the epoch arithmetic of the stats handle). A bucket width is a number of
+seconds or a number with a unit: ``30s``, ``5m``, ``1h``, ``1d``, at most ``stats_max_bucket_s``. Every
+mistake is a 422 that names the parameter. ``UtcTime`` is how every response states a time: with its
+zone (UTC), on SQLite (which stores times without one) as on Postgres.
 """
 
 from __future__ import annotations
@@ -9,16 +12,21 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Annotated
+
+from pydantic import AfterValidator, WithJsonSchema
 
 from app.routing.errors import Invalid
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 DEFAULT_SPAN = timedelta(hours=24)
-_BUCKET = re.compile(r"^\s*(\d+)\s*([smhd]?)\s*$")
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(9999, 1, 1, tzinfo=UTC)
+_BUCKET = re.compile(r"^\s*(\d{1,12})\s*([smhd]?)\s*$")
 
 
-def unprocessable(message: str) -> Invalid:
-    return Invalid(message)
+def unprocessable(message: str, param: str | None = None) -> Invalid:
+    return Invalid(message, param=param)
 
 
 def as_utc(moment: datetime) -> datetime:
@@ -26,25 +34,52 @@ def as_utc(moment: datetime) -> datetime:
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
+ZONED_TIME = r"(Z|[+-][0-9]{2}:[0-9]{2})$"  # an ISO 8601 time that ends with its zone
+
+UtcTime = Annotated[
+    datetime,
+    AfterValidator(as_utc),
+    # The document says so, so a client (and the contract fuzz) can rely on the zone being there.
+    WithJsonSchema({"type": "string", "format": "date-time", "pattern": ZONED_TIME}),
+]
+
+
 def parse_time(name: str, value: str | None) -> datetime | None:
+    """An ISO 8601 time in UTC; a 422 naming ``name`` when it is not one or lies outside the range."""
     if value is None or value == "":
         return None
     try:
-        return as_utc(datetime.fromisoformat(value.replace("Z", "+00:00")))
-    except ValueError as exc:
-        raise unprocessable(f"{name}={value!r} is not an ISO 8601 time (e.g. 2026-01-31T12:00:00Z)") from exc
+        moment = as_utc(datetime.fromisoformat(value.replace("Z", "+00:00")))
+    except (ValueError, OverflowError) as exc:
+        raise unprocessable(
+            f"{name}={value!r} is not an ISO 8601 time (e.g. 2026-01-31T12:00:00Z)", name
+        ) from exc
+    return in_range(name, moment)
 
 
-def parse_bucket(value: str) -> int:
-    """Bucket width in whole seconds, at least one."""
+def in_range(name: str, moment: datetime) -> datetime:
+    if not EARLIEST <= moment <= LATEST:
+        raise unprocessable(
+            f"{name}={moment.isoformat()} is outside {EARLIEST.isoformat()} .. {LATEST.isoformat()}", name
+        )
+    return moment
+
+
+def parse_bucket(value: str, max_seconds: int) -> int:
+    """Bucket width in whole seconds, from one second to ``max_seconds``."""
     match = _BUCKET.match(value)
     if match is None:
         raise unprocessable(
-            f"bucket={value!r} must be seconds or a number with a unit s, m, h or d (e.g. 5m)"
+            f"bucket={value!r} must be seconds or a number with a unit s, m, h or d (e.g. 5m)", "bucket"
         )
     seconds = int(match.group(1)) * UNITS[match.group(2) or "s"]
     if seconds <= 0:
-        raise unprocessable(f"bucket={value!r} must be at least one second")
+        raise unprocessable(f"bucket={value!r} must be at least one second", "bucket")
+    if seconds > max_seconds:
+        raise unprocessable(
+            f"bucket={value!r} is {seconds} s; the widest is {max_seconds} s (BANDITGATE_STATS_MAX_BUCKET_S)",
+            "bucket",
+        )
     return seconds
 
 
@@ -61,7 +96,9 @@ def parse_window(since: str | None, until: str | None, default_span: timedelta =
     end = parse_time("until", until) or datetime.now(UTC)
     start = parse_time("since", since) or end - default_span
     if not start < end:
-        raise unprocessable(f"since ({start.isoformat()}) must be earlier than until ({end.isoformat()})")
+        raise unprocessable(
+            f"since ({start.isoformat()}) must be earlier than until ({end.isoformat()})", "since"
+        )
     return Window(start, end)
 
 
@@ -69,7 +106,9 @@ def optional_window(since: str | None, until: str | None) -> tuple[datetime | No
     """Filters of the logs: either bound may be absent, but when both are given since < until."""
     start, end = parse_time("since", since), parse_time("until", until)
     if start is not None and end is not None and not start < end:
-        raise unprocessable(f"since ({start.isoformat()}) must be earlier than until ({end.isoformat()})")
+        raise unprocessable(
+            f"since ({start.isoformat()}) must be earlier than until ({end.isoformat()})", "since"
+        )
     return start, end
 
 
@@ -81,6 +120,7 @@ def bucket_starts(window: Window, bucket_s: int, max_buckets: int) -> list[int]:
     if count > max_buckets:
         raise unprocessable(
             f"{count} buckets of {bucket_s} s between since and until; the limit is {max_buckets}: "
-            "use a wider bucket or a shorter range"
+            "use a wider bucket or a shorter range",
+            "bucket",
         )
     return list(range(first, last + 1, bucket_s))

@@ -7,7 +7,7 @@ import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,15 +38,24 @@ async def _admin_sql(statement: str) -> None:
         await conn.close()
 
 
-@pytest.fixture(scope="session")
-def pg_url() -> Iterator[str]:
-    """A fresh Postgres database for this test session, migrated to head, dropped afterwards."""
+@contextmanager
+def fresh_pg_database() -> Iterator[str]:
+    """A new Postgres database migrated to head (its URL), dropped afterwards. Sync: for fixtures."""
     name = f"bg_test_{os.getpid()}_{uuid.uuid4().hex[:6]}"
     asyncio.run(_admin_sql(f'CREATE DATABASE "{name}"'))
     url = PG_SERVER.replace("postgresql://", "postgresql+asyncpg://") + f"/{name}"
-    upgrade(url)
-    yield url
-    asyncio.run(_admin_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    try:
+        upgrade(url)
+        yield url
+    finally:
+        asyncio.run(_admin_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    """A fresh Postgres database for this test session, migrated to head, dropped afterwards."""
+    with fresh_pg_database() as url:
+        yield url
 
 
 @pytest.fixture(scope="session")
@@ -75,6 +84,8 @@ class Stack:
             # Not the default stream: test sessions of other checkouts share this Redis, and their router
             # ids collide with ours (each session has its own database), so their events must not reach us.
             "event_stream": TEST_STREAM,
+            # Likewise the rate limiter's Redis keys: every session's clients share the address 127.0.0.1.
+            "rate_limit_prefix": f"{TEST_STREAM}:ratelimit",
         }
         values.update(overrides)
         return Settings(**values)  # type: ignore[arg-type]
@@ -162,3 +173,12 @@ async def make_tenancy(
     response = await client.post(f"/admin/tenants/{tenant}/routers", json=router, headers=admin_headers())
     assert response.status_code == 201, response.text
     return Tenancy(tenant, key, "main", arms)
+
+
+def error_text(response: httpx.Response) -> str:
+    """The messages of an error answer: a 422's ``detail`` list (its ``msg``s joined), another
+    status's ``detail`` string."""
+    detail = response.json()["detail"]
+    if isinstance(detail, list):
+        return "; ".join(str(e["msg"]) for e in detail)
+    return str(detail)

@@ -8,7 +8,8 @@ Behaviours: ``ok`` (chat and image answers with usage), ``nousage`` (answers and
 even when asked), ``echo`` (an ``ok`` answer whose extra field ``received`` is the request body), ``hang``
 (reads the request, never answers), ``garbage`` (200 with a body that is not JSON), ``close`` (closes the
 connection without a response), ``status-<code>`` (always that status), ``flaky-<n>`` (503 for the
-first n requests, then ``ok``), ``retryafter-<s>`` (429 with ``Retry-After: s`` once, then ``ok``), ``slowstream`` (a stream of 50 chunks 0.1 s apart that notes whether the
+first n requests, then ``ok``), ``retryafter-<s>`` (429 with ``Retry-After: s`` once, then ``ok``), ``echoheaders-<code>`` (that status, with an error body that echoes the request's headers, the
+``Authorization`` the gateway sent first, as a careless backend might), ``slowstream`` (a stream of 50 chunks 0.1 s apart that notes whether the
 client went away before the end), ``breakstream`` (one chunk, then the connection is closed).
 """
 
@@ -96,7 +97,7 @@ class FakeBackends:
             behaviour = path.strip("/").split("/", 1)[0]
             self.counts[behaviour] += 1
             self.requests.append(Seen(behaviour, path, headers, body))
-            await self._respond(behaviour, path, body, reader, writer)
+            await self._respond(behaviour, path, headers, body, reader, writer)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         finally:
@@ -117,6 +118,7 @@ class FakeBackends:
         self,
         behaviour: str,
         path: str,
+        headers: dict[str, str],
         body: dict[str, Any],
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
@@ -133,6 +135,11 @@ class FakeBackends:
             )
         elif kind == "garbage":
             await self._send(writer, 200, b"<html>not json at all", "application/json")
+        elif kind == "echoheaders":
+            error: dict[str, Any] = {"message": "rejected", "authorization": headers.get("authorization")}
+            error["headers"] = headers
+            echoed = {"error": error}
+            await self._send(writer, int(arg), json.dumps(echoed).encode(), "application/json")
         elif kind == "status":
             await self._send(
                 writer, int(arg), json.dumps({"error": {"message": "nope"}}).encode(), "application/json"
@@ -211,7 +218,7 @@ class FakeBackends:
                 return
         writer.write(chunk(None, "stop"))
         if (body.get("stream_options") or {}).get("include_usage") and behaviour != "nousage":
-            usage = {
+            usage: dict[str, Any] = {
                 "id": "c1",
                 "object": "chat.completion.chunk",
                 "created": 1,

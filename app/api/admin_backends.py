@@ -6,8 +6,10 @@ from fastapi import APIRouter, HTTPException, status
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
+from app.api.contract import documented
 from app.backend_keys import SecretKeyMissing, encrypt_key, fernet_for
 from app.deps import AdminOnly, Ctx, Session
+from app.input_types import Text
 from app.schemas import BackendCreate, BackendOut, BackendUpdate
 from app.store.models import Backend, Router
 
@@ -49,7 +51,7 @@ async def get_backend(session: Session, name: str) -> Backend:
     return backend
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=BackendOut)
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=BackendOut, responses=documented(409))
 async def create_backend(body: BackendCreate, session: Session, ctx: Ctx) -> BackendOut:
     fields = body.model_dump(exclude={"api_key"})
     backend = Backend(**fields, api_key_secret=sealed_key(ctx, body.api_key))
@@ -68,12 +70,12 @@ async def list_backends(session: Session) -> list[BackendOut]:
 
 
 @router.get("/{name:path}", response_model=BackendOut)
-async def read_backend(name: str, session: Session) -> BackendOut:
+async def read_backend(name: Text, session: Session) -> BackendOut:
     return backend_out(await get_backend(session, name))
 
 
 @router.patch("/{name:path}", response_model=BackendOut)
-async def update_backend(name: str, body: BackendUpdate, session: Session, ctx: Ctx) -> BackendOut:
+async def update_backend(name: Text, body: BackendUpdate, session: Session, ctx: Ctx) -> BackendOut:
     backend = await get_backend(session, name)
     changes = body.model_dump(exclude_unset=True)
     if "api_key" in changes:
@@ -87,8 +89,8 @@ async def update_backend(name: str, body: BackendUpdate, session: Session, ctx: 
     return backend_out(backend)
 
 
-@router.delete("/{name:path}", status_code=status.HTTP_204_NO_CONTENT)
-async def delete_backend(name: str, session: Session, ctx: Ctx) -> None:
+@router.delete("/{name:path}", status_code=status.HTTP_204_NO_CONTENT, responses=documented(409))
+async def delete_backend(name: Text, session: Session, ctx: Ctx) -> None:
     """409 while a router still lists the backend as an arm."""
     backend = await get_backend(session, name)
     users = [r.name for r in await session.scalars(select(Router)) if name in (r.arms or [])]

@@ -9,16 +9,19 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from fastapi import APIRouter, HTTPException, Query, status
+from fastapi import APIRouter, Depends, HTTPException, Query, status
 from sqlalchemy import Select, and_, or_, select
 
 from app.admin_views import DecisionDetail, DecisionItem, DecisionPage, FeedbackItem, FeedbackPage
 from app.deps import AdminOnly, Ctx, Session
+from app.input_types import BIGINT_MAX, DECISION_ID_BOUND, DecisionId, Text, current_limits
+from app.jsonable import readable
 from app.store.models import DecisionRow, FeedbackEvent, Router, Tenant
-from app.timewindow import as_utc, optional_window, unprocessable
+from app.timewindow import as_utc, in_range, optional_window, unprocessable
 
 router = APIRouter(prefix="/admin", tags=["admin: logs"], dependencies=[AdminOnly])
 
@@ -27,14 +30,37 @@ def encode_cursor(values: dict[str, Any]) -> str:
     return base64.urlsafe_b64encode(json.dumps(values).encode()).decode().rstrip("=")
 
 
+NOT_OURS = "cursor is not one this API returned"
+
+
 def decode_cursor(cursor: str, keys: tuple[str, ...]) -> dict[str, Any]:
     try:
         values = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-    except (binascii.Error, ValueError, UnicodeDecodeError) as exc:
-        raise unprocessable("cursor is not one this API returned") from exc
+    except (binascii.Error, ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise unprocessable(NOT_OURS, "cursor") from exc
     if not isinstance(values, dict) or set(values) != set(keys):
-        raise unprocessable("cursor is not one this API returned")
+        raise unprocessable(NOT_OURS, "cursor")
     return values
+
+
+def decision_cursor(cursor: str) -> tuple[datetime, str]:
+    """(created_at, id) of the last decision of the previous page."""
+    at = decode_cursor(cursor, ("t", "id"))
+    moment, last = at["t"], at["id"]
+    if not isinstance(moment, str) or not isinstance(last, str) or not 0 < len(last) <= DECISION_ID_BOUND:
+        raise unprocessable(NOT_OURS, "cursor")
+    try:
+        return in_range("cursor", as_utc(datetime.fromisoformat(moment))), last
+    except (ValueError, OverflowError) as exc:
+        raise unprocessable(NOT_OURS, "cursor") from exc
+
+
+def feedback_cursor(cursor: str) -> int:
+    """The event id of the last event of the previous page (a bool is not one: JSON ``true``)."""
+    last = decode_cursor(cursor, ("id",))["id"]
+    if type(last) is not int or not 0 <= last <= BIGINT_MAX:
+        raise unprocessable(NOT_OURS, "cursor")
+    return last
 
 
 DEFAULT_PAGE = 50
@@ -46,28 +72,51 @@ def page_limit(ctx: Ctx, limit: int | None) -> int:
     if limit is None:
         return min(DEFAULT_PAGE, most)
     if limit > most:
-        raise unprocessable(f"limit={limit} is above the largest page, {most}")
+        raise unprocessable(f"limit={limit} is above the largest page, {most}", "limit")
     return limit
 
+
+@dataclass(frozen=True)
+class LogQuery:
+    """The filters and page of a log listing (the query parameters both listings share)."""
+
+    tenant: str | None
+    router_name: str | None
+    model: str | None
+    since: str | None
+    until: str | None
+    cursor: str | None
+    size: int
+
+
+def log_query(
+    ctx: Ctx,
+    tenant: Text | None = None,
+    router_name: Text | None = Query(None, alias="router", description="needs tenant as well"),
+    model: Text | None = Query(None, description="decisions whose first model is this one; events about it"),
+    since: Text | None = Query(None, description="ISO 8601, inclusive"),
+    until: Text | None = Query(None, description="ISO 8601, exclusive"),
+    cursor: Text | None = Query(None, description="next_cursor of the previous page"),
+    limit: int | None = Query(None, ge=1, le=BIGINT_MAX, description="page size; default 50"),
+) -> LogQuery:
+    return LogQuery(tenant, router_name, model, since, until, cursor, page_limit(ctx, limit))
+
+
+Logs = Annotated[LogQuery, Depends(log_query)]
 
 SelectT = TypeVar("SelectT", bound=Select)  # type: ignore[type-arg]
 
 
-def filtered(
-    query: SelectT,
-    table: type[DecisionRow] | type[FeedbackEvent],
-    tenant: str | None,
-    router_name: str | None,
-    since: str | None,
-    until: str | None,
-) -> SelectT:
-    if router_name is not None and tenant is None:
-        raise unprocessable("filtering by router needs tenant as well (router names are per tenant)")
-    if tenant is not None:
-        query = query.where(Tenant.name == tenant)
-    if router_name is not None:
-        query = query.where(Router.name == router_name)
-    start, end = optional_window(since, until)
+def filtered(query: SelectT, table: type[DecisionRow] | type[FeedbackEvent], logs: LogQuery) -> SelectT:
+    if logs.router_name is not None and logs.tenant is None:
+        raise unprocessable(
+            "filtering by router needs tenant as well (router names are per tenant)", "router"
+        )
+    if logs.tenant is not None:
+        query = query.where(Tenant.name == logs.tenant)
+    if logs.router_name is not None:
+        query = query.where(Router.name == logs.router_name)
+    start, end = optional_window(logs.since, logs.until)
     if start is not None:
         query = query.where(table.created_at >= start)
     if end is not None:
@@ -88,7 +137,7 @@ def decision_item(row: DecisionRow, tenant: str, router_name: str | None) -> dic
         "scores": row.scores,
         "info": row.info,
         "prompt_chars": row.prompt_chars,
-        "metadata": row.request_metadata,
+        "metadata": readable(row.request_metadata, current_limits().json_max_depth),
         "created_at": as_utc(row.created_at),
     }
 
@@ -97,43 +146,30 @@ def feedback_item(row: FeedbackEvent, tenant: str, router_name: str | None) -> F
     return FeedbackItem(
         id=row.id,
         decision_id=row.decision_id,
+        row_id=row.row_id,
         tenant=tenant,
         router=router_name,
         model=row.model,
         kind=row.kind,
         reward=row.reward,
         cost=row.cost,
-        payload=row.payload,
+        payload=readable(row.payload, current_limits().json_max_depth),
         created_at=as_utc(row.created_at),
     )
 
 
 @router.get("/decisions", response_model=DecisionPage)
-async def list_decisions(
-    ctx: Ctx,
-    session: Session,
-    tenant: str | None = None,
-    router_name: str | None = Query(None, alias="router"),
-    model: str | None = Query(None, description="decisions whose first model is this one"),
-    since: str | None = Query(None, description="ISO 8601, inclusive"),
-    until: str | None = Query(None, description="ISO 8601, exclusive"),
-    cursor: str | None = None,
-    limit: int | None = Query(None, ge=1, description="page size; default 50"),
-) -> DecisionPage:
+async def list_decisions(session: Session, logs: Logs) -> DecisionPage:
     """Decisions, newest first, with the scores that explained each."""
-    size = page_limit(ctx, limit)
+    size = logs.size
     D = DecisionRow
     query = select(D, Tenant.name, Router.name).join(Tenant, Tenant.id == D.tenant_id)
-    query = filtered(query.outerjoin(Router, Router.id == D.router_id), D, tenant, router_name, since, until)
-    if model is not None:
-        query = query.where(D.models[0].as_string() == model)
-    if cursor is not None:
-        at = decode_cursor(cursor, ("t", "id"))
-        try:
-            moment = as_utc(datetime.fromisoformat(str(at["t"])))
-        except ValueError as exc:
-            raise unprocessable("cursor is not one this API returned") from exc
-        query = query.where(or_(D.created_at < moment, and_(D.created_at == moment, D.id < str(at["id"]))))
+    query = filtered(query.outerjoin(Router, Router.id == D.router_id), D, logs)
+    if logs.model is not None:
+        query = query.where(D.models[0].as_string() == logs.model)
+    if logs.cursor is not None:
+        moment, last_id = decision_cursor(logs.cursor)
+        query = query.where(or_(D.created_at < moment, and_(D.created_at == moment, D.id < last_id)))
     rows = (await session.execute(query.order_by(D.created_at.desc(), D.id.desc()).limit(size + 1))).all()
     items = [DecisionItem(**decision_item(d, t, r)) for d, t, r in rows[:size]]
     next_cursor = None
@@ -144,7 +180,7 @@ async def list_decisions(
 
 
 @router.get("/decisions/{decision_id}", response_model=DecisionDetail)
-async def read_decision(decision_id: str, session: Session) -> DecisionDetail:
+async def read_decision(decision_id: DecisionId, session: Session) -> DecisionDetail:
     """One decision: its scores (the explanation of the choice) and every feedback event about it."""
     found = (
         await session.execute(
@@ -167,29 +203,16 @@ async def read_decision(decision_id: str, session: Session) -> DecisionDetail:
 
 
 @router.get("/feedback", response_model=FeedbackPage)
-async def list_feedback(
-    ctx: Ctx,
-    session: Session,
-    tenant: str | None = None,
-    router_name: str | None = Query(None, alias="router"),
-    model: str | None = Query(None, description="events about this model"),
-    since: str | None = Query(None, description="ISO 8601, inclusive"),
-    until: str | None = Query(None, description="ISO 8601, exclusive"),
-    cursor: str | None = None,
-    limit: int | None = Query(None, ge=1, description="page size; default 50"),
-) -> FeedbackPage:
+async def list_feedback(session: Session, logs: Logs) -> FeedbackPage:
     """Feedback events, newest first."""
-    size = page_limit(ctx, limit)
+    size = logs.size
     F = FeedbackEvent
     query = select(F, Tenant.name, Router.name).join(Tenant, Tenant.id == F.tenant_id)
-    query = filtered(query.outerjoin(Router, Router.id == F.router_id), F, tenant, router_name, since, until)
-    if model is not None:
-        query = query.where(F.model == model)
-    if cursor is not None:
-        at = decode_cursor(cursor, ("id",))
-        if not isinstance(at["id"], int):
-            raise unprocessable("cursor is not one this API returned")
-        query = query.where(F.id < at["id"])
+    query = filtered(query.outerjoin(Router, Router.id == F.router_id), F, logs)
+    if logs.model is not None:
+        query = query.where(F.model == logs.model)
+    if logs.cursor is not None:
+        query = query.where(F.id < feedback_cursor(logs.cursor))
     rows = (await session.execute(query.order_by(F.id.desc()).limit(size + 1))).all()
     items = [feedback_item(f, t, r) for f, t, r in rows[:size]]
     next_cursor = encode_cursor({"id": rows[size - 1][0].id}) if len(rows) > size else None

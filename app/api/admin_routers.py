@@ -11,8 +11,11 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
 
 from app.api.admin_tenants import get_tenant
+from app.api.contract import documented
+from app.api.errors import InvalidParam
 from app.deps import AdminOnly, Ctx, Session
 from app.events import RouterChanged
+from app.input_types import Text
 from app.jsonable import jsonable
 from app.schemas import (
     EmbedTextConfig,
@@ -26,7 +29,8 @@ from app.state import fresh_policy
 from app.store.eventlog import max_event_id, snapshot_row
 from app.store.models import Backend, Router, RouterCounter, Tenant
 from routers.base import PolicyConfigError, decode_state, encode_state
-from routers.registry import build_policy, restore_policy
+from routers.default import resolve_named
+from routers.registry import POLICIES, build_policy, check_router, policy_dim, restore_policy
 
 router = APIRouter(
     prefix="/admin/tenants/{tenant}/routers", tags=["admin: routers"], dependencies=[AdminOnly]
@@ -64,20 +68,31 @@ async def get_router(session: Session, tenant: Tenant, name: str) -> Router:
     return row
 
 
-async def validate(session: Session, policy: str, arms: list[str], seed: int, hp: dict[str, Any]) -> None:
-    """422 unless every arm is a known backend and the registry builds the policy."""
+async def validate(
+    session: Session,
+    policy: str,
+    arms: list[str],
+    seed: int,
+    hp: dict[str, Any],
+    embedding_dim: int,
+    arm_references: bool = True,
+) -> None:
+    """422 unless every arm is a known backend and the registry checks and builds the policy: typed
+    hyperparameters, a ``dim`` equal to the embedder's and, with ``arm_references``, hyperparameters
+    that name an arm (``always``'s ``model``, ``incumbent``) naming one of ``arms``."""
     if len(set(arms)) != len(arms):
-        raise HTTPException(UNPROCESSABLE, f"arms must be distinct, got {arms}")
+        raise InvalidParam("body.arms", f"arms must be distinct, got {arms}")
     known = set(await session.scalars(select(Backend.name).where(Backend.name.in_(arms))))
     missing = [a for a in arms if a not in known]
     if missing:
-        raise HTTPException(
-            UNPROCESSABLE, f"arms {missing} are not backends; create them under /admin/backends"
-        )
+        raise InvalidParam("body.arms", f"arms {missing} are not backends; create them under /admin/backends")
+    if policy not in POLICIES:
+        raise InvalidParam("body.policy", f"unknown policy {policy!r}; known: {', '.join(sorted(POLICIES))}")
     try:
+        check_router(policy, arms, hp, embedding_dim, arm_references)
         build_policy(policy, arms, seed, hp)
     except PolicyConfigError as exc:
-        raise HTTPException(UNPROCESSABLE, str(exc)) from exc
+        raise InvalidParam("body.hyperparameters", str(exc)) from exc
 
 
 async def clear_other_defaults(session: Session, tenant: Tenant, keep: Router) -> None:
@@ -95,15 +110,17 @@ async def announce(ctx: Ctx, row: Router) -> None:
         await ctx.bus.publish(RouterChanged(router_id=row.id, version=row.version))
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=RouterOut)
-async def create_router(tenant: str, body: RouterCreate, ctx: Ctx, session: Session) -> RouterOut:
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=RouterOut, responses=documented(409))
+async def create_router(tenant: Text, body: RouterCreate, ctx: Ctx, session: Session) -> RouterOut:
     owner = await get_tenant(session, tenant)
-    await validate(session, body.policy, body.arms, body.seed, body.hyperparameters)
+    # a router without a policy gets the default, stored resolved: a later default does not change it
+    policy, hyperparameters = resolve_named(body.policy, body.hyperparameters)
+    await validate(session, policy, body.arms, body.seed, hyperparameters, ctx.embeddings.dim)
     row = Router(
         tenant_id=owner.id,
         name=body.name,
-        policy=body.policy,
-        hyperparameters=body.hyperparameters,
+        policy=policy,
+        hyperparameters=hyperparameters,
         arms=body.arms,
         reward_lo=body.reward_range[0],
         reward_hi=body.reward_range[1],
@@ -128,22 +145,25 @@ async def create_router(tenant: str, body: RouterCreate, ctx: Ctx, session: Sess
 
 
 @router.get("", response_model=list[RouterOut])
-async def list_routers(tenant: str, session: Session) -> list[RouterOut]:
+async def list_routers(tenant: Text, session: Session) -> list[RouterOut]:
     owner = await get_tenant(session, tenant)
     rows = await session.scalars(select(Router).where(Router.tenant_id == owner.id).order_by(Router.id))
     return [router_out(r, owner) for r in rows]
 
 
 @router.get("/{name}", response_model=RouterOut)
-async def read_router(tenant: str, name: str, session: Session) -> RouterOut:
+async def read_router(tenant: Text, name: Text, session: Session) -> RouterOut:
     owner = await get_tenant(session, tenant)
     return router_out(await get_router(session, owner, name), owner)
 
 
 @router.patch("/{name}", response_model=RouterOut)
-async def update_router(tenant: str, name: str, body: RouterUpdate, ctx: Ctx, session: Session) -> RouterOut:
+async def update_router(
+    tenant: Text, name: Text, body: RouterUpdate, ctx: Ctx, session: Session
+) -> RouterOut:
     """Change a router. New arms join the learned state as cold arms and removed ones leave it; a new
-    policy, hyperparameters or seed relearn from the log since the last reset or import."""
+    policy, hyperparameters or seed relearn from the log since the last reset or import. ``policy:
+    "default"`` stores the default's concrete policy and hyperparameters (with the given ones on top)."""
     owner = await get_tenant(session, tenant)
     row = await get_router(session, owner, name)
     policy = body.policy or row.policy
@@ -153,7 +173,11 @@ async def update_router(tenant: str, name: str, body: RouterUpdate, ctx: Ctx, se
         hp = body.hyperparameters
     else:
         hp = row.hyperparameters if policy == row.policy else {}
-    await validate(session, policy, arms, seed, hp)
+    policy, hp = resolve_named(policy, hp)  # "default" is stored resolved, as on creation
+    # An arm that a hyperparameter names may leave the router (the policy falls back); a new policy or
+    # new hyperparameters must name current arms.
+    reconfigured = body.hyperparameters is not None or policy != row.policy
+    await validate(session, policy, arms, seed, hp, ctx.embeddings.dim, arm_references=reconfigured)
     row.policy, row.arms, row.seed, row.hyperparameters = policy, arms, seed, hp
     if body.reward_range is not None:
         row.reward_lo, row.reward_hi = body.reward_range
@@ -161,9 +185,8 @@ async def update_router(tenant: str, name: str, body: RouterUpdate, ctx: Ctx, se
         row.judge_url = body.judge_url or None
     if body.judge_threshold is not None:
         row.judge_threshold = body.judge_threshold
-    if (
-        body.embed_text is not None
-    ):  # new decisions embed by the new rule; the learned state keeps its vectors
+    # new decisions embed by the new rule; the learned state keeps its vectors
+    if body.embed_text is not None:
         row.embed_text = body.embed_text.model_dump()
     if body.is_default is not None:
         row.is_default = body.is_default
@@ -176,7 +199,7 @@ async def update_router(tenant: str, name: str, body: RouterUpdate, ctx: Ctx, se
 
 
 @router.delete("/{name}", status_code=status.HTTP_204_NO_CONTENT)
-async def delete_router(tenant: str, name: str, ctx: Ctx, session: Session) -> None:
+async def delete_router(tenant: Text, name: Text, ctx: Ctx, session: Session) -> None:
     """Deletes the router with its decisions, feedback and snapshots."""
     owner = await get_tenant(session, tenant)
     row = await get_router(session, owner, name)
@@ -187,7 +210,7 @@ async def delete_router(tenant: str, name: str, ctx: Ctx, session: Session) -> N
 
 
 @router.get("/{name}/state", response_model=RouterStateOut)
-async def export_state(tenant: str, name: str, ctx: Ctx, session: Session) -> RouterStateOut:
+async def export_state(tenant: Text, name: Text, ctx: Ctx, session: Session) -> RouterStateOut:
     """The policy's learned state as this process holds it (snapshot plus folded events)."""
     owner = await get_tenant(session, tenant)
     row = await get_router(session, owner, name)
@@ -215,7 +238,7 @@ async def _replace_state(ctx: Ctx, session: Session, row: Router, kind: str, sta
 
 @router.post("/{name}/state", response_model=RouterOut)
 async def import_state(
-    tenant: str, name: str, body: RouterStateImport, ctx: Ctx, session: Session
+    tenant: Text, name: Text, body: RouterStateImport, ctx: Ctx, session: Session
 ) -> RouterOut:
     """Replace the learned state (warm start from offline logs or another router's export). The router
     takes the state's policy, hyperparameters and seed; events up to now are not folded on top."""
@@ -226,6 +249,12 @@ async def import_state(
         policy = restore_policy(decoded)
     except (PolicyConfigError, KeyError, TypeError, ValueError) as exc:
         raise HTTPException(UNPROCESSABLE, f"state cannot be restored: {exc}") from exc
+    dim = policy_dim(policy)
+    if dim is not None and dim != ctx.embeddings.dim:
+        raise HTTPException(
+            UNPROCESSABLE,
+            f"state cannot be restored: its dim is {dim}, this gateway's embedder gives {ctx.embeddings.dim}",
+        )
     state = policy.state_dict()
     row.policy = str(state["policy"])
     row.hyperparameters = jsonable(state.get("config", {}))
@@ -236,7 +265,7 @@ async def import_state(
 
 
 @router.delete("/{name}/state", response_model=RouterOut)
-async def reset_state(tenant: str, name: str, ctx: Ctx, session: Session) -> RouterOut:
+async def reset_state(tenant: Text, name: Text, ctx: Ctx, session: Session) -> RouterOut:
     """Forget everything learned: the policy starts fresh from the next event."""
     owner = await get_tenant(session, tenant)
     row = await get_router(session, owner, name)

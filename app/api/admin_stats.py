@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Annotated
 
 from fastapi import APIRouter, Query
 
@@ -12,9 +13,12 @@ from app.admin_views import ModelBucket, RouterStats, StatsBucket
 from app.api.admin_routers import get_router
 from app.api.admin_tenants import get_tenant
 from app.deps import AdminOnly, Ctx, Session
+from app.input_types import Text
 from app.store.models import Router
 from app.store.stats import BucketStats, ModelStats, history_before, router_buckets
 from app.timewindow import bucket_starts, parse_bucket, parse_window
+from app.trusted_stats import trusted_stats
+from app.warm_start_stats import warm_start_stats
 from routers.base import PolicyConfigError
 from routers.registry import build_policy
 
@@ -70,20 +74,24 @@ def model_bucket(stats: ModelStats, decisions: int) -> ModelBucket:
 
 @router.get("/{name}/stats", response_model=RouterStats)
 async def router_stats(
-    tenant: str,
-    name: str,
+    tenant: Text,
+    name: Text,
     ctx: Ctx,
     session: Session,
-    since: str | None = Query(None, description="ISO 8601 start (inclusive); default until - 24 h"),
-    until: str | None = Query(None, description="ISO 8601 end (exclusive); default now"),
-    bucket: str = Query("1h", description="bucket width: seconds, or 30s, 5m, 1h, 1d"),
+    since: Text | None = Query(None, description="ISO 8601 start (inclusive); default until - 24 h"),
+    until: Text | None = Query(None, description="ISO 8601 end (exclusive); default now"),
+    bucket: Annotated[Text, Query(description="bucket width: seconds, or 30s, 5m, 1h, 1d")] = "1h",
 ) -> RouterStats:
     """Per time bucket: decisions, feedback, mean reward, cost, each model's share of traffic and mean
-    reward, query rounds against the query budget, and regret estimated on query rounds."""
+    reward, query rounds against the query budget, and regret estimated on query rounds. ``trusted``:
+    lambda_t and the spend against the cost target, the incumbent check's margin, the shares of
+    decisions forced onto, chosen on and off the incumbent, and the cost saved against it. ``warm_start``:
+    per model, the offline (logged) observations stored, folded into the served state, and their mean
+    reward."""
     owner = await get_tenant(session, tenant)
     row = await get_router(session, owner, name)
     window = parse_window(since, until)
-    bucket_s = parse_bucket(bucket)
+    bucket_s = parse_bucket(bucket, ctx.settings.stats_max_bucket_s)
     starts = bucket_starts(window, bucket_s, ctx.settings.stats_max_buckets)
     found = await router_buckets(session, row.id, window, bucket_s)
     decisions_before, before = await history_before(session, row.id, window.since)
@@ -136,5 +144,7 @@ async def router_stats(
         reward_mean=mean(sum(b.reward_sum for b in every), sum(b.rewarded for b in every)),
         cost_total=sum(b.cost_total for b in every),
         regret_mean=mean(regret_sum, regret_rounds),
+        trusted=await trusted_stats(ctx, session, row, window),
+        warm_start=await warm_start_stats(ctx, session, row),
         buckets=buckets,
     )

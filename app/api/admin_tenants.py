@@ -1,4 +1,4 @@
-"""Admin: tenants and their API keys."""
+"""Admin: tenants, their API keys and their rate limits."""
 
 from __future__ import annotations
 
@@ -6,9 +6,21 @@ from fastapi import APIRouter, HTTPException, status
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
+from app.api.contract import documented
 from app.auth import display_prefix, hash_key, new_api_key
 from app.deps import AdminOnly, Ctx, Session
-from app.schemas import KeyCreate, KeyCreated, KeyOut, TenantCreate, TenantOut
+from app.input_types import DbInt, Text
+from app.ratelimit.limits import key_limits
+from app.schemas import (
+    EffectiveLimits,
+    KeyCreate,
+    KeyCreated,
+    KeyOut,
+    TenantCreate,
+    TenantLimits,
+    TenantLimitsOut,
+    TenantOut,
+)
 from app.store.models import ApiKey, Tenant, utcnow
 
 router = APIRouter(prefix="/admin/tenants", tags=["admin: tenants"], dependencies=[AdminOnly])
@@ -21,8 +33,30 @@ async def get_tenant(session: Session, name: str) -> Tenant:
     return tenant
 
 
+def configured_limits(tenant: Tenant) -> TenantLimits:
+    return TenantLimits(
+        rate_limit_rps=tenant.rate_limit_rps,
+        rate_limit_burst=tenant.rate_limit_burst,
+        rate_limit_concurrency=tenant.rate_limit_concurrency,
+    )
+
+
 def tenant_out(tenant: Tenant) -> TenantOut:
-    return TenantOut(id=tenant.id, name=tenant.name, created_at=tenant.created_at)
+    return TenantOut(
+        id=tenant.id, name=tenant.name, created_at=tenant.created_at, limits=configured_limits(tenant)
+    )
+
+
+def limits_out(tenant: Tenant, ctx: Ctx) -> TenantLimitsOut:
+    effective = key_limits(tenant, ctx.settings)
+    return TenantLimitsOut(
+        configured=configured_limits(tenant),
+        effective=EffectiveLimits(
+            rate_limit_rps=effective.rate,
+            rate_limit_burst=effective.burst,
+            rate_limit_concurrency=effective.concurrency,
+        ),
+    )
 
 
 def key_out(key: ApiKey) -> KeyOut:
@@ -31,7 +65,7 @@ def key_out(key: ApiKey) -> KeyOut:
     )
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=TenantOut)
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=TenantOut, responses=documented(409))
 async def create_tenant(body: TenantCreate, session: Session) -> TenantOut:
     tenant = Tenant(name=body.name)
     session.add(tenant)
@@ -48,12 +82,31 @@ async def list_tenants(session: Session) -> list[TenantOut]:
 
 
 @router.get("/{tenant}", response_model=TenantOut)
-async def read_tenant(tenant: str, session: Session) -> TenantOut:
+async def read_tenant(tenant: Text, session: Session) -> TenantOut:
     return tenant_out(await get_tenant(session, tenant))
 
 
+@router.get("/{tenant}/limits", response_model=TenantLimitsOut)
+async def read_limits(tenant: Text, ctx: Ctx, session: Session) -> TenantLimitsOut:
+    return limits_out(await get_tenant(session, tenant), ctx)
+
+
+@router.put("/{tenant}/limits", response_model=TenantLimitsOut)
+async def set_limits(tenant: Text, body: TenantLimits, ctx: Ctx, session: Session) -> TenantLimitsOut:
+    """Replace the rate limits of each of the tenant's keys; a field left out or null falls back to the
+    server's default. Every replica applies them once the bus delivers the change (``catalog_ttl_s``
+    at worst); a key's bucket keeps its tokens, capped at the new burst."""
+    owner = await get_tenant(session, tenant)
+    owner.rate_limit_rps = body.rate_limit_rps
+    owner.rate_limit_burst = body.rate_limit_burst
+    owner.rate_limit_concurrency = body.rate_limit_concurrency
+    await session.commit()
+    await ctx.catalog.announce(ctx.bus, f"tenant {tenant} limits changed")
+    return limits_out(owner, ctx)
+
+
 @router.delete("/{tenant}", status_code=status.HTTP_204_NO_CONTENT)
-async def delete_tenant(tenant: str, ctx: Ctx, session: Session) -> None:
+async def delete_tenant(tenant: Text, ctx: Ctx, session: Session) -> None:
     """Deletes the tenant with its keys, routers, decisions and feedback."""
     await session.delete(await get_tenant(session, tenant))
     await session.commit()
@@ -61,7 +114,7 @@ async def delete_tenant(tenant: str, ctx: Ctx, session: Session) -> None:
 
 
 @router.post("/{tenant}/keys", status_code=status.HTTP_201_CREATED, response_model=KeyCreated)
-async def issue_key(tenant: str, body: KeyCreate, session: Session) -> KeyCreated:
+async def issue_key(tenant: Text, body: KeyCreate, session: Session) -> KeyCreated:
     """Issue an API key. The key is in this response only; the service stores its hash."""
     owner = await get_tenant(session, tenant)
     key = new_api_key()
@@ -72,14 +125,14 @@ async def issue_key(tenant: str, body: KeyCreate, session: Session) -> KeyCreate
 
 
 @router.get("/{tenant}/keys", response_model=list[KeyOut])
-async def list_keys(tenant: str, session: Session) -> list[KeyOut]:
+async def list_keys(tenant: Text, session: Session) -> list[KeyOut]:
     owner = await get_tenant(session, tenant)
     rows = await session.scalars(select(ApiKey).where(ApiKey.tenant_id == owner.id).order_by(ApiKey.id))
     return [key_out(k) for k in rows]
 
 
 @router.delete("/{tenant}/keys/{key_id}", response_model=KeyOut)
-async def revoke_key(tenant: str, key_id: int, ctx: Ctx, session: Session) -> KeyOut:
+async def revoke_key(tenant: Text, key_id: DbInt, ctx: Ctx, session: Session) -> KeyOut:
     """Revoke a key: every replica refuses it once the bus delivers the change (``catalog_ttl_s`` at
     worst, when the bus is down)."""
     owner = await get_tenant(session, tenant)

@@ -6,21 +6,36 @@ body, the backends' 502/504, a declined decision's 503, an unknown path — is r
 place, into ``{"error": {"message", "type", "param", "code"}}`` with the same status and headers. One
 exception: an invalid request body is a 400 there (OpenAI's and every compatible server's status for
 it, which the SDKs raise as ``BadRequestError``) where the gateway's own API answers 422.
+
+Outside ``/v1`` every 422 has FastAPI's one shape, ``{"detail": [{"type", "loc", "msg", "input"?}]}``
+(what the OpenAPI document declares), whether pydantic or the gateway refused the request; ``loc``
+names the offending field when it is known. What a 422 echoes of the client's input is made safe to
+send first (``echoed``): a lone surrogate or NaN inside the invalid value must not turn it into a 500.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request, status
-from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.jsonable import jsonable
-from app.routing.errors import BackendsFailed, Declined, GatewayError, Invalid, NotFound, TooLarge
+from app.jsonable import readable, readable_text
+from app.routing.errors import (
+    BackendsFailed,
+    Declined,
+    GatewayError,
+    Invalid,
+    NotFound,
+    RateLimited,
+    TooLarge,
+)
 
 log = logging.getLogger("banditgate")
 
@@ -33,6 +48,7 @@ STATUS_OF: dict[type[GatewayError], int] = {
     Invalid: status.HTTP_422_UNPROCESSABLE_CONTENT,
     TooLarge: status.HTTP_413_CONTENT_TOO_LARGE,
     Declined: status.HTTP_503_SERVICE_UNAVAILABLE,
+    RateLimited: status.HTTP_429_TOO_MANY_REQUESTS,
 }
 
 
@@ -57,8 +73,9 @@ class ModelNotFound(HTTPException):
         self.code = "model_not_found"
 
 
-def is_openai_path(request: Request) -> bool:
-    path = request.url.path
+def is_openai_path(path: str) -> bool:
+    """Whether ``path`` is under ``/v1``, where errors are in OpenAI's shape (also the OpenAPI
+    document's rule: app/api/contract.py)."""
     return path == OPENAI_PREFIX or path.startswith(OPENAI_PREFIX + "/")
 
 
@@ -81,6 +98,44 @@ def _type_and_code(status_code: int, headers: dict[str, str]) -> tuple[str, str 
     if status_code >= 500:
         return "server_error", None
     return "invalid_request_error", None
+
+
+# How much of an invalid input a 422 echoes: enough to recognise it, never the whole of a large body.
+ECHO_DEPTH = 3
+ECHO_CHARS = 200
+ECHO_ITEMS = 20
+
+
+def echoed(value: Any) -> Any:
+    """``value`` as a 422 may echo it: valid JSON whatever the client sent, cut short (``readable``)."""
+    return readable(value, ECHO_DEPTH, ECHO_ITEMS, ECHO_CHARS)
+
+
+def validation_errors(errors: Any) -> list[dict[str, Any]]:
+    """pydantic's errors in FastAPI's shape, each part safe to send (``echoed``)."""
+    out: list[dict[str, Any]] = []
+    for error in errors if isinstance(errors, list) else []:
+        if not isinstance(error, Mapping):
+            continue
+        item: dict[str, Any] = {
+            "type": echoed(error.get("type", "value_error")),
+            "loc": [p if isinstance(p, int) else echoed(str(p)) for p in error.get("loc") or ()],
+            "msg": readable_text(str(error.get("msg", "invalid"))),
+        }
+        if "input" in error:
+            item["input"] = echoed(error["input"])
+        if isinstance(error.get("ctx"), Mapping):
+            item["ctx"] = {str(k): echoed(v) for k, v in error["ctx"].items()}
+        out.append(item)
+    return out
+
+
+def unprocessable_detail(detail: Any, param: str | None) -> list[dict[str, Any]]:
+    """A 422's ``detail`` in the one shape: pydantic's errors as they are, a message as one error."""
+    if isinstance(detail, list):
+        return validation_errors(detail)
+    loc = param.split(".") if param else []
+    return [{"type": "value_error", "loc": loc, "msg": readable_text(str(detail))}]
 
 
 def _param(loc: Any) -> str | None:
@@ -108,6 +163,58 @@ def openai_error(
     return JSONResponse({"error": error}, status_code=status_code, headers=given or None)
 
 
+def error_response(
+    request: Request, status_code: int, message: str, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    """An error in the shape of its path: OpenAI's under ``/v1``, ``{"detail": message}`` elsewhere."""
+    if is_openai_path(request.url.path):
+        return openai_error(status_code, message, headers=headers)
+    return JSONResponse({"detail": message}, status_code=status_code, headers=headers or None)
+
+
+class NotedSend:
+    """An ASGI ``send`` that notes the response's status as it starts (None until then): whether a
+    middleware may still answer, and what the response was."""
+
+    def __init__(self, send: Send) -> None:
+        self.send = send
+        self.status: int | None = None
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.status = int(message["status"])
+        await self.send(message)
+
+
+class AnswerServerErrors:
+    """Pure ASGI middleware, the outermost of the app's own: an exception no handler answered is logged
+    once, with its traceback, and answered 500 in the error shape of its path. It is not raised further,
+    so the server neither logs it a second time nor drops the client's keep-alive connection (Starlette's
+    own last-resort handler answers and then re-raises). When the response had already started (a
+    stream broke), the server closes the connection: the client sees the answer end early."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        noted = NotedSend(send)
+        try:
+            await self.app(scope, receive, noted)
+        except Exception:
+            log.exception("unhandled error on %s %s", scope["method"], scope["path"])
+            if noted.status is None:
+                response = error_response(Request(scope), 500, "internal error; see the server log")
+                await response(scope, receive, send)
+
+
+def retry_after(seconds: float) -> str:
+    """A ``Retry-After`` value: whole seconds (RFC 9110 delta-seconds), rounded up, at least 1."""
+    return str(max(1, math.ceil(seconds)))
+
+
 def as_http(exc: GatewayError) -> HTTPException:
     """A domain error as the HTTP error the client gets: its status, the decision id header, and for
     a declined decision the declined header."""
@@ -121,13 +228,27 @@ def as_http(exc: GatewayError) -> HTTPException:
     headers = {DECISION_HEADER: exc.decision_id} if exc.decision_id is not None else {}
     if isinstance(exc, Declined):
         headers[DECLINED_HEADER] = "true"
+    if isinstance(exc, RateLimited):
+        headers["Retry-After"] = retry_after(exc.retry_after_s)
     http = HTTPException(code, exc.message, headers=headers or None)
     http.param = exc.param  # type: ignore[attr-defined]
     return http
 
 
+def undecodable_body(exc: StarletteHTTPException) -> RequestValidationError | None:
+    """FastAPI answers a body it cannot decode as UTF-8 with a bare 400 (``There was an error parsing
+    the body``), where a body that is not JSON is its 422 ``json_invalid``. JSON is UTF-8 (RFC 8259), so
+    both are the same mistake: this is that 422, naming the byte, or None for any other error."""
+    cause = exc.__cause__
+    if exc.status_code != status.HTTP_400_BAD_REQUEST or not isinstance(cause, UnicodeDecodeError):
+        return None
+    message = f"the body is not UTF-8 (byte {cause.start}: {cause.reason}); JSON must be"
+    return RequestValidationError([{"type": "json_invalid", "loc": ("body",), "msg": message}])
+
+
 def install(app: FastAPI) -> None:
-    """Register the app's error handlers."""
+    """Register the app's error handlers and its last-resort 500 (call it after adding every other
+    middleware)."""
 
     @app.exception_handler(GatewayError)
     async def gateway_error(request: Request, exc: GatewayError) -> JSONResponse:
@@ -135,12 +256,18 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        undecodable = undecodable_body(exc)
+        if undecodable is not None:
+            return await invalid_request(request, undecodable)
         headers = dict(exc.headers or {})
-        if not is_openai_path(request):
-            return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=headers or None)
         param = getattr(exc, "param", None)
+        if not is_openai_path(request.url.path):
+            detail: Any = exc.detail
+            if exc.status_code == status.HTTP_422_UNPROCESSABLE_CONTENT:
+                detail = unprocessable_detail(detail, param)
+            return JSONResponse({"detail": detail}, status_code=exc.status_code, headers=headers or None)
         if isinstance(exc.detail, list):  # pydantic errors of a body the endpoint validated itself
-            errors = [e for e in exc.detail if isinstance(e, dict)]
+            errors = validation_errors(exc.detail)
             message = _validation_message(errors)
             param = param or (_param(errors[0].get("loc")) if errors else None)
         else:
@@ -149,17 +276,11 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
-        # The default handler echoes the offending input, which may be NaN or infinity: not valid JSON.
-        errors = jsonable(jsonable_encoder(exc.errors(), custom_encoder={Exception: str}))
-        if not is_openai_path(request):
+        # The default handler echoes the offending input as it is: NaN, a lone surrogate, a whole body.
+        errors = validation_errors(exc.errors())
+        if not is_openai_path(request.url.path):
             return JSONResponse(status_code=422, content={"detail": errors})
         first = errors[0].get("loc") if errors else None
         return openai_error(422, _validation_message(errors), _param(first))
 
-    @app.exception_handler(Exception)
-    async def unhandled(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
-        message = "internal error; see the server log"
-        if is_openai_path(request):
-            return openai_error(500, message)
-        return JSONResponse(status_code=500, content={"detail": message})
+    app.add_middleware(AnswerServerErrors)  # last added: outermost of the app's own middleware

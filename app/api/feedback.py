@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException, Query, status
 
+from app.api.contract import documented
+from app.context import AppContext
 from app.deps import Ctx, CurrentTenant, Session
+from app.input_types import DbInt
 from app.routing import feedback as events
 from app.routing import probes
 from app.schemas import (
@@ -16,22 +19,38 @@ from app.schemas import (
     PendingProbe,
     PendingProbes,
 )
+from app.store.models import Tenant
 
 router = APIRouter(prefix="/feedback", tags=["feedback"])
 
 
-@router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=FeedbackAccepted)
+async def accept(
+    ctx: AppContext, session: Session, tenant: Tenant, bodies: list[FeedbackRequest]
+) -> list[FeedbackAccepted]:
+    """Record the events (app/routing/feedback.py), then mark the probes their query rewards answer."""
+    outcomes = [events.Outcome(**body.model_dump()) for body in bodies]
+    accepted = await events.record_feedback(ctx, session, tenant, outcomes)
+    await probes.mark_answered(session, accepted)
+    return accepted
+
+
+@router.post(
+    "", status_code=status.HTTP_202_ACCEPTED, response_model=FeedbackAccepted, responses=documented(404)
+)
 async def feedback(
     body: FeedbackRequest, ctx: Ctx, session: Session, tenant: CurrentTenant
 ) -> FeedbackAccepted:
     """Record one event. Idempotent on (decision_id, model, kind): a retry returns the first event id
     with ``duplicate: true`` and is learned once. 202 means committed to the log."""
-    accepted = await events.record_feedback(ctx, session, tenant, [events.Outcome(**body.model_dump())])
-    await probes.mark_answered(session, accepted)
-    return accepted[0]
+    return (await accept(ctx, session, tenant, [body]))[0]
 
 
-@router.post("/batch", status_code=status.HTTP_202_ACCEPTED, response_model=FeedbackBatchAccepted)
+@router.post(
+    "/batch",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=FeedbackBatchAccepted,
+    responses=documented(404),
+)
 async def feedback_batch(
     body: FeedbackBatch, ctx: Ctx, session: Session, tenant: CurrentTenant
 ) -> FeedbackBatchAccepted:
@@ -41,11 +60,7 @@ async def feedback_batch(
             status.HTTP_413_CONTENT_TOO_LARGE,
             f"{len(body.events)} events in one batch; the limit is {ctx.settings.max_feedback_batch}",
         )
-    accepted = await events.record_feedback(
-        ctx, session, tenant, [events.Outcome(**e.model_dump()) for e in body.events]
-    )
-    await probes.mark_answered(session, accepted)
-    return FeedbackBatchAccepted(events=accepted)
+    return FeedbackBatchAccepted(events=await accept(ctx, session, tenant, body.events))
 
 
 @router.get("/pending", response_model=PendingProbes)
@@ -53,7 +68,7 @@ async def pending_probes(
     ctx: Ctx,
     tenant: CurrentTenant,
     limit: int = Query(100, ge=1, le=1000),
-    cursor: int | None = Query(None, ge=0, description="next_cursor of the previous page"),
+    cursor: DbInt | None = Query(None, description="next_cursor of the previous page"),
 ) -> PendingProbes:
     """The tenant's probe answers (other models the policy asked about, called by the gateway) still
     waiting for a reward, oldest first. Post ``kind: query`` feedback for (decision_id, model) to answer

@@ -16,7 +16,10 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz")
+@router.get(
+    "/readyz",
+    responses={503: {"description": "The database or Redis does not answer", "model": dict[str, object]}},
+)
 async def readyz(ctx: Ctx, response: Response) -> dict[str, object]:
     """The database answers, and Redis too when configured; 503 otherwise."""
     checks: dict[str, str] = {}

@@ -23,17 +23,19 @@ from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.api.contract import documented
 from app.api.errors import InvalidParam, ModelNotFound
 from app.context import AppContext
 from app.deps import Ctx, CurrentTenant, Session
+from app.input_types import ForwardBody, Text
 from app.jsonable import jsonable
-from app.routing import answers, decide, forward, probes, stream
+from app.routing import answers, decide, forward, kinds, probes, stream
 from app.schemas import OpenAIModel, OpenAIModelList, RouteRequest, RouteResponse
 from app.store.models import Backend, Router, Tenant
 
 router = APIRouter(prefix="/v1", tags=["OpenAI-compatible"])
 
-OpenAIBody = Annotated[dict[str, Any], Body(description="the OpenAI request body")]
+OpenAIBody = Annotated[ForwardBody, Body(description="the OpenAI request body")]
 ROUTER_MODEL = "router"
 CATALOG_OWNER = "banditgate"
 
@@ -63,10 +65,10 @@ def route_request(body: dict[str, Any], router: str | None, **text: Any) -> Rout
 
 
 async def decision_for(
-    ctx: AppContext, session: AsyncSession, tenant: Tenant, body: dict[str, Any], **text: Any
+    ctx: AppContext, session: AsyncSession, tenant: Tenant, path: str, body: dict[str, Any], **text: Any
 ) -> tuple[RouteRequest, answers.Decided | None]:
     """The request to route and, for a backend named as ``model``, its direct decision (already
-    logged); None when a router is to decide."""
+    logged; a backend that cannot serve ``path`` is refused first); None when a router is to decide."""
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise InvalidParam("model", "'model' must be 'router', 'router/<name>' or one of GET /v1/models")
@@ -75,6 +77,7 @@ async def decision_for(
     if model not in await decide.tenant_backends(session, tenant):
         raise ModelNotFound(model)
     request = route_request(body, None, **text)
+    await kinds.check_serves(ctx, tenant, request, path, backend=model)
     return request, (await decide.decide_direct(ctx, session, tenant, model, request), None)
 
 
@@ -90,12 +93,28 @@ def _headers(route: RouteResponse, backend: str, cost: float | None = None) -> d
     return headers
 
 
-@router.post("/chat/completions", response_model=None)
+JSON_ANSWER = {"application/json": {"schema": {"type": "object"}}}
+STREAMED_ANSWER = {"text/event-stream": {"schema": {"type": "string"}}}
+
+
+@router.post(
+    "/chat/completions",
+    response_model=None,
+    responses={
+        200: {
+            "description": "The completion, or with `stream: true` its server-sent events",
+            "content": {**JSON_ANSWER, **STREAMED_ANSWER},
+        },
+        **documented(404, 502, 503, 504),
+    },
+)
 async def chat_completions(body: OpenAIBody, ctx: Ctx, session: Session, tenant: CurrentTenant) -> Response:
     """Chat completions, streamed (server-sent events) when ``stream`` is true."""
     if not isinstance(body.get("messages"), list) or not body["messages"]:
         raise InvalidParam("messages", "'messages' must be a non-empty list")
-    request, decided = await decision_for(ctx, session, tenant, body, messages=body["messages"])
+    request, decided = await decision_for(
+        ctx, session, tenant, answers.CHAT_PATH, body, messages=body["messages"]
+    )
     if body.get("stream"):
         streamed = await stream.forward_stream(ctx, session, tenant, request, body, decided)
         if isinstance(streamed, answers.Forwarded):  # an ensemble or a judged cascade: answered whole
@@ -177,12 +196,21 @@ def merged(done: answers.Forwarded, items: str) -> tuple[dict[str, Any], dict[st
     return payload, _headers(done.route, model, cost)
 
 
-@router.post("/images/generations", response_model=None)
+@router.post(
+    "/images/generations",
+    response_model=None,
+    responses={
+        200: {"description": "The backend's images", "content": JSON_ANSWER},
+        **documented(404, 502, 503, 504),
+    },
+)
 async def image_generations(body: OpenAIBody, ctx: Ctx, session: Session, tenant: CurrentTenant) -> Response:
     """Image generations; the prompt is routed, the backend's answer returned with its ``model``."""
     if not isinstance(body.get("prompt"), str):
         raise InvalidParam("prompt", "'prompt' must be a string")
-    request, decided = await decision_for(ctx, session, tenant, body, prompt=body["prompt"])
+    request, decided = await decision_for(
+        ctx, session, tenant, answers.IMAGE_PATH, body, prompt=body["prompt"]
+    )
     done = await forward.forward_json(ctx, session, tenant, request, body, decided)
     probes.schedule(ctx, tenant, request, done.route, body, probes.answered_by(done))
     return answer(done, "data")
@@ -213,7 +241,7 @@ async def list_models(session: Session, tenant: CurrentTenant) -> OpenAIModelLis
 
 
 @router.get("/models/{model_id:path}", response_model=OpenAIModel)
-async def retrieve_model(model_id: str, session: Session, tenant: CurrentTenant) -> OpenAIModel:
+async def retrieve_model(model_id: Text, session: Session, tenant: CurrentTenant) -> OpenAIModel:
     """One entry of ``GET /v1/models``; a 404 naming the model otherwise. Backend names may hold '/'."""
     for model in await _model_list(session, tenant):
         if model.id == model_id:

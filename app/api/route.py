@@ -6,7 +6,9 @@ from dataclasses import asdict
 
 from fastapi import APIRouter, HTTPException, status
 
+from app.api.contract import documented
 from app.deps import Ctx, CurrentTenant, Session
+from app.input_types import DecisionId
 from app.routing import cascade, decide, forward, probes
 from app.schemas import (
     AttemptOut,
@@ -22,7 +24,9 @@ from app.schemas import (
 router = APIRouter(tags=["routing"])
 
 
-@router.post("/route", response_model=ForwardedRouteResponse | RouteResponse)
+@router.post(
+    "/route", response_model=ForwardedRouteResponse | RouteResponse, responses=documented(404, 502, 503, 504)
+)
 async def route(
     body: RouteRequest, ctx: Ctx, session: Session, tenant: CurrentTenant
 ) -> RouteResponse | ForwardedRouteResponse:
@@ -45,7 +49,7 @@ async def route(
         backend=done.target.name,
         response=done.payload,
         cost=done.cost,
-        attempts=[AttemptOut(**asdict(a)) for a in done.attempts],
+        attempts=[AttemptOut.model_validate(a, from_attributes=True) for a in done.attempts],
         ensemble=None
         if done.members is None
         else [
@@ -58,7 +62,7 @@ async def route(
 
 @router.post("/route/{decision_id}/next", response_model=CascadeNextResponse)
 async def next_step(
-    decision_id: str, body: CascadeNextRequest, ctx: Ctx, session: Session, tenant: CurrentTenant
+    decision_id: DecisionId, body: CascadeNextRequest, ctx: Ctx, session: Session, tenant: CurrentTenant
 ) -> CascadeNextResponse:
     """Client-driven cascade: report the step that did not satisfy (its reward/cost are recorded as a
     ``cascade-step`` event) and get the next model to call, or ``stop``."""

@@ -87,7 +87,7 @@ async def next_step(
     if untried and not info.get("adaptive"):
         model = untried[0]
     else:
-        router = await session.get(Router, row.router_id) if row.router_id is not None else None
+        router = await ctx.catalog.router_by_id(row.router_id) if row.router_id is not None else None
         decision = await reselect(ctx, session, row, router, tried) if router is not None else None
         model = decision.arm if decision is not None and decision.arm not in tried else None
         scores = jsonable(decision.scores) if decision is not None else {}

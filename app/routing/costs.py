@@ -4,14 +4,16 @@ attempts, who answered and the cost event, in one transaction."""
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict
 from typing import Any
 
+from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app import metrics
 from app.backends import AttemptRecord, Target
 from app.context import AppContext
 from app.routing.answers import IMAGE_PATH, answer_chars
+from app.routing.decide import PendingDecision
 from app.routing.feedback import Outcome, store_feedback
 from app.schemas import RouteRequest
 from app.store.models import Attempt, DecisionRow, Tenant
@@ -20,9 +22,23 @@ from routers.replay_format import whole_tokens
 log = logging.getLogger(__name__)
 
 
-async def save_attempts(session: AsyncSession, decision_id: str, attempts: list[AttemptRecord]) -> None:
-    session.add_all(Attempt(decision_id=decision_id, **asdict(a)) for a in attempts)
+async def save_attempts(
+    session: AsyncSession,
+    decision_id: str,
+    attempts: list[AttemptRecord],
+    pending: PendingDecision | None = None,
+) -> None:
+    """Write the attempts (and the decision first when it is still ``pending``) and commit."""
+    if pending is not None:
+        await session.execute(insert(DecisionRow).values(**pending.values))
+    await add_attempts(session, decision_id, attempts)
     await session.commit()
+
+
+async def add_attempts(session: AsyncSession, decision_id: str, attempts: list[AttemptRecord]) -> None:
+    """The attempts' INSERT (Core, one statement), not committed."""
+    if attempts:
+        await session.execute(insert(Attempt), [{"decision_id": decision_id, **a.row()} for a in attempts])
 
 
 def usage_tokens(usage: Any, prompt_chars: int, answer_chars: int) -> tuple[int, int]:
@@ -44,24 +60,66 @@ async def settle(
     attempts: list[AttemptRecord],
     cost: float | None,
     output_text: str | None = None,
+    pending: PendingDecision | None = None,
 ) -> None:
     """Store the attempts, mark who answered, and record the cost event (when the call completed), in
-    one transaction; for mixture routers the event also carries the answer, which the gateway embeds.
-    The answer does not wait for the event to come back over the bus: the policy still learns it only
-    from the stream, in stream order."""
-    row = await session.get(DecisionRow, decision_id)  # the session that decided holds it already
-    if row is None:
+    one transaction; a ``pending`` decision (a forwarded request's) is written in it too, already
+    marked, so a forwarded request makes one write transaction besides its counter. For mixture
+    routers the event also carries the answer, which the gateway embeds. The answer does not wait for
+    the event to come back over the bus: the policy still learns it only from the stream, in stream
+    order.
+
+    Everything that may wait on something else (the router from the catalog, a mixture answer's
+    embedding) happens before the first write: on SQLite a write holds the database's one write lock
+    until the commit."""
+    # the session that decided holds a stored decision already
+    stored = await session.get(DecisionRow, decision_id) if pending is None else None
+    if pending is None and stored is None:
         return
-    row.info = {**(row.info or {}), "answered_by": target.name}
-    session.add_all(Attempt(decision_id=decision_id, **asdict(a)) for a in attempts)
-    if cost is None:
+    router_id: int | None = pending.values["router_id"] if pending is not None else None
+    if stored is not None:
+        router_id = stored.router_id
+    feedback = None if cost is None else await cost_event(ctx, decision_id, target.name, cost, output_text)
+    router = await ctx.catalog.router_by_id(router_id) if router_id is not None and feedback else None
+    if pending is not None:
+        values = {**pending.values, "info": {**pending.values["info"], "answered_by": target.name}}
+        await session.execute(insert(DecisionRow).values(**values))
+        row = DecisionRow(**values)
+    elif stored is not None:
+        row = stored
+        row.info = {**(row.info or {}), "answered_by": target.name}
+    await add_attempts(session, decision_id, attempts)
+    if feedback is None:
         await session.commit()
-        return
-    router = await ctx.catalog.router_by_id(row.router_id) if row.router_id is not None else None
-    feedback = Outcome(
-        decision_id=decision_id, model=target.name, kind="cost", cost=cost, output_text=output_text
+    else:
+        await store_feedback(ctx, session, tenant, [(feedback, row, router, target.name)], wait=False)
+    count_logged(tenant, pending)
+
+
+async def cost_event(
+    ctx: AppContext, decision_id: str, model: str, cost: float, output_text: str | None
+) -> Outcome:
+    """The cost event of an answer; a mixture router's answer (``output_text``) embedded now, not
+    inside the write transaction (an answer over ``max_prompt_chars`` is left for ``store_feedback``
+    to refuse)."""
+    embedding: list[float] | None = None
+    if output_text is not None and len(output_text) <= ctx.settings.max_prompt_chars:
+        vector, _ = await ctx.embeddings.embed(output_text)
+        embedding, output_text = [float(v) for v in vector], None
+    return Outcome(
+        decision_id=decision_id,
+        model=model,
+        kind="cost",
+        cost=cost,
+        output_embedding=embedding,
+        output_text=output_text,
     )
-    await store_feedback(ctx, session, tenant, [(feedback, row, router, target.name)], wait=False)
+
+
+def count_logged(tenant: Tenant, pending: PendingDecision | None) -> None:
+    """Count a pending decision in the metrics once it is written."""
+    if pending is not None:
+        metrics.count_decision(tenant.name, pending.router_name)
 
 
 def answer_cost(target: Target, request: RouteRequest, payload: dict[str, Any], path: str) -> float:

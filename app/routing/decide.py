@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import logging
 import uuid
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
-from sqlalchemy import select, update
+from sqlalchemy import insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -17,7 +19,7 @@ from app.embedding import prompt_hash
 from app.jsonable import jsonable
 from app.routing.errors import Invalid, NotFound, TooLarge
 from app.schemas import RouteRequest, RouteResponse
-from app.store.models import DecisionRow, Router, RouterCounter, Tenant
+from app.store.models import DecisionRow, Router, RouterCounter, Tenant, utcnow
 from embeddings.prompt_text import EmbedText
 from routers.base import Context
 from routers.base import decision_rng as keyed_rng
@@ -126,10 +128,40 @@ async def decide_direct(
     )
 
 
+@dataclass(frozen=True)
+class PendingDecision:
+    """A decision made but not yet written: its row's values (``DecisionRow`` attribute names). A
+    forwarded request writes it with its attempts and cost, in one transaction (app/routing/costs.py)."""
+
+    values: dict[str, Any]
+    router_name: str
+
+    def row(self) -> DecisionRow:
+        """The row as an unsaved ORM object (for the code that reads a decision's fields)."""
+        return DecisionRow(**self.values)
+
+
 async def decide(
     ctx: AppContext, session: AsyncSession, tenant: Tenant, request: RouteRequest
 ) -> tuple[RouteResponse, Router]:
     """``route``, also returning the router it resolved (forwarding needs its judge)."""
+    response, router, pending = await choose(ctx, session, tenant, request)
+    await log_decision(session, tenant, pending)
+    return response, router
+
+
+async def log_decision(session: AsyncSession, tenant: Tenant, pending: PendingDecision) -> None:
+    """Write a decision (one Core INSERT) and commit, with whatever the session holds (its counter)."""
+    await session.execute(insert(DecisionRow).values(**pending.values))
+    await session.commit()
+    metrics.count_decision(tenant.name, pending.router_name)
+
+
+async def choose(
+    ctx: AppContext, session: AsyncSession, tenant: Tenant, request: RouteRequest
+) -> tuple[RouteResponse, Router, PendingDecision]:
+    """The decision, not yet written; the router's counter is counted in the session's transaction,
+    which the caller commits (with the decision, ``log_decision``, or alone before forwarding)."""
     router = await resolve_router(ctx, tenant, request.router)
     text = prompt_text(ctx, request)
     arms = list(router.arms)
@@ -166,30 +198,27 @@ async def decide(
         )
     scores = jsonable(decision.scores)
     info = jsonable(decision.info)
-    session.add(
-        DecisionRow(
-            id=decision_id,
-            tenant_id=tenant.id,
-            router_id=router.id,
-            router_version=router.version,
-            policy=router.policy,
-            models=list(decision.arms),
-            query=list(decision.query),
-            scores=scores,
-            # read by /route/{id}/next and the cascades' later steps
-            info={
-                **info,
-                **({"adaptive": True} if decision.adaptive else {}),
-                **({"seed": request.seed} if request.seed is not None else {}),
-            },
-            embedding=np.asarray(embedding, np.float32).tobytes(),
-            prompt_hash=digest,
-            prompt_chars=len(text),
-            request_metadata=jsonable(request.metadata),
-        )
-    )
-    await session.commit()
-    metrics.count_decision(tenant.name, router.name)
+    values: dict[str, Any] = {
+        "id": decision_id,
+        "tenant_id": tenant.id,
+        "router_id": router.id,
+        "router_version": router.version,
+        "policy": router.policy,
+        "models": list(decision.arms),
+        "query": list(decision.query),
+        "scores": scores,
+        # read by /route/{id}/next and the cascades' later steps
+        "info": {
+            **info,
+            **({"adaptive": True} if decision.adaptive else {}),
+            **({"seed": request.seed} if request.seed is not None else {}),
+        },
+        "embedding": np.asarray(embedding, np.float32).tobytes(),
+        "prompt_hash": digest,
+        "prompt_chars": len(text),
+        "request_metadata": jsonable(request.metadata),
+        "created_at": utcnow(),
+    }
     response = RouteResponse(
         decision_id=decision_id,
         router=router.name,
@@ -201,7 +230,7 @@ async def decide(
         query=list(decision.query),
         info=info,
     )
-    return response, router
+    return response, router, PendingDecision(values, router.name)
 
 
 def upsert_for(session: AsyncSession):  # type: ignore[no-untyped-def]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import asdict
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -69,7 +68,7 @@ async def forward_ensemble(
             "answered_by": first.name,
             "ensemble": [t.name for t, _, _ in answered],
         }
-    session.add_all(Attempt(decision_id=route.decision_id, **asdict(a)) for a in attempts)
+    session.add_all(Attempt(decision_id=route.decision_id, **a.row()) for a in attempts)
     costs = [
         Outcome(decision_id=route.decision_id, model=t.name, kind="cost", cost=c) for t, _, c in answered
     ]

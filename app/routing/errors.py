@@ -37,3 +37,12 @@ class BackendsFailed(GatewayError):
     def __init__(self, message: str, *, decision_id: str, timed_out: bool) -> None:
         super().__init__(message, decision_id=decision_id)
         self.timed_out = timed_out
+
+
+class RateLimited(GatewayError):
+    """A key over its request rate or in-flight limit, or a client address over its failed-auth limit
+    (429 with ``Retry-After``: ``retry_after_s`` rounded up to whole seconds)."""
+
+    def __init__(self, message: str, *, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s

@@ -16,10 +16,10 @@ from app.context import AppContext
 from app.routing.answers import IMAGE_PATH
 from app.routing.cascade import reselect
 from app.routing.costs import save_attempts
-from app.routing.decide import DIRECT
+from app.routing.decide import DIRECT, PendingDecision
 from app.routing.errors import BackendsFailed, Declined
 from app.schemas import RouteRequest, RouteResponse
-from app.store.models import DecisionRow, Router
+from app.store.models import DecisionRow
 
 log = logging.getLogger(__name__)
 
@@ -43,11 +43,17 @@ async def load_target(ctx: AppContext, name: str, path: str, attempts: list[Atte
 
 
 async def next_model(
-    ctx: AppContext, session: AsyncSession, decision_id: str, request: RouteRequest, tried: list[str]
+    ctx: AppContext,
+    session: AsyncSession,
+    decision_id: str,
+    request: RouteRequest,
+    tried: list[str],
+    pending: PendingDecision | None = None,
 ) -> str | None:
     """The policy's choice for the same prompt once ``tried`` are excluded (None: nothing left)."""
-    row = await session.get(DecisionRow, decision_id)
-    router = await session.get(Router, row.router_id) if row is not None else None
+    row = pending.row() if pending is not None else await session.get(DecisionRow, decision_id)
+    router_id = row.router_id if row is not None else None
+    router = await ctx.catalog.router_by_id(router_id) if router_id is not None else None
     if row is None or router is None:
         return None
     decision = await reselect(ctx, session, row, router, tried, request.candidates)
@@ -65,9 +71,11 @@ async def call_with_fallback(
     attempts: list[AttemptRecord],
     stream: bool,
     called: Sequence[str] = (),
+    pending: PendingDecision | None = None,
 ) -> tuple[Target, dict[str, Any] | httpx.Response]:
     """Call the decision's model, then the policy's next choices (never one of ``called``, the models a
-    cascade already called for this decision); raise the gateway's 502/504."""
+    cascade already called for this decision); raise the gateway's 502/504 (a ``pending`` decision is
+    written with the attempts first)."""
     if route.model is None:
         raise Declined(
             f"router {route.router!r} declined to choose a model (decision {route.decision_id})",
@@ -88,8 +96,8 @@ async def call_with_fallback(
             failures.append(exc)
         if len(failures) > ctx.settings.forward_max_fallbacks or route.mode == DIRECT:
             break  # a direct call is fallback-free: the client named its backend
-        model = await next_model(ctx, session, route.decision_id, request, tried)
-    await save_attempts(session, route.decision_id, attempts)
+        model = await next_model(ctx, session, route.decision_id, request, tried, pending)
+    await save_attempts(session, route.decision_id, attempts, pending)
     raise gave_up(route.decision_id, failures)
 
 

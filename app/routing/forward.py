@@ -1,5 +1,10 @@
 """Forwarding, the story in one function: decide (unless given), call with fallback, settle; an
-ensemble or a judged cascade when the decision or its router asks for one."""
+ensemble or a judged cascade when the decision or its router asks for one.
+
+A decision made here is written by ``settle``, with its attempts and cost event, in one transaction
+after the call (its router's counter is committed alone before the call, so no lock is held during
+it); it is durable before the answer, like every decision. One that declines or names a set is written
+before anything else, as ``/route`` writes it."""
 
 from __future__ import annotations
 
@@ -11,10 +16,11 @@ from app.backends import AttemptRecord
 from app.context import AppContext
 from app.routing.answers import CHAT_PATH, Decided, Forwarded, answer_text, mixture_output, path_for
 from app.routing.costs import answer_cost, settle
-from app.routing.decide import decide
+from app.routing.decide import PendingDecision, choose, log_decision
 from app.routing.ensemble import forward_ensemble
 from app.routing.fallback import call_with_fallback
 from app.routing.judge import judged_cascade
+from app.routing.kinds import check_serves
 from app.schemas import RouteRequest
 from app.store.models import Tenant
 
@@ -29,18 +35,29 @@ async def forward_json(
 ) -> Forwarded:
     """Route (unless ``decided`` is the decision already made, with its router), call, settle; an
     ensemble or a judged cascade when the decision or its router asks for one."""
-    route, router = decided if decided is not None else await decide(ctx, session, tenant, request)
-    attempts: list[AttemptRecord] = []
     path = path_for(body)
+    pending: PendingDecision | None = None
+    if decided is not None:
+        route, router = decided
+    else:
+        await check_serves(ctx, tenant, request, path)
+        route, chosen, pending = await choose(ctx, session, tenant, request)
+        router = chosen
+        if route.model is None or route.mode == "set":  # answered before any settle: written now
+            await log_decision(session, tenant, pending)
+            pending = None
+        else:  # the counter alone: no lock held during the call; the decision is written by settle
+            await session.commit()
+    attempts: list[AttemptRecord] = []
     if route.mode == "set" and len(route.models) > 1:
         return await forward_ensemble(ctx, session, tenant, request, route, body, path)
     target, payload = await call_with_fallback(
-        ctx, session, request, route, body, path, attempts, stream=False
+        ctx, session, request, route, body, path, attempts, stream=False, pending=pending
     )
     assert isinstance(payload, dict)
     cost = answer_cost(target, request, payload, path)
     output = mixture_output(route.mode, answer_text(payload)) if path == CHAT_PATH else None
-    await settle(ctx, session, tenant, route.decision_id, target, attempts, cost, output)
+    await settle(ctx, session, tenant, route.decision_id, target, attempts, cost, output, pending)
     if router is not None and router.judge_url and path == CHAT_PATH:
         return await judged_cascade(
             ctx, session, tenant, request, route, body, router, target, payload, cost, attempts

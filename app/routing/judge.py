@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.backends import AttemptRecord, Target
+from app.backends import AttemptRecord, BackendClient, Target
 from app.context import AppContext
 from app.routing.answers import CHAT_PATH, Forwarded, JudgedStep, answer_text
 from app.routing.cascade import next_step
@@ -51,7 +51,7 @@ async def judged_cascade(
     all_attempts = list(attempts)
     while True:
         verdict = await ask_judge(
-            ctx.backends.http,
+            ctx.backends,
             router,
             ctx.settings.judge_timeout_s,
             route.decision_id,
@@ -103,7 +103,7 @@ def reward_for(score: float, router: Router) -> float:
 
 
 async def ask_judge(
-    client: httpx.AsyncClient,
+    backends: BackendClient,
     router: Router,
     timeout_s: float,
     decision_id: str,
@@ -111,10 +111,13 @@ async def ask_judge(
     prompt: str,
     answer: str,
 ) -> Verdict:
+    """The judge's verdict on ``answer``; a judge that fails (unreachable, an error status, an answer of
+    another shape) is a verdict without a score, logged as a redacted excerpt: an httpx error names
+    ``judge_url``, which may hold credentials, and the judge's answer may echo secrets."""
     assert router.judge_url is not None
     body = {"decision_id": decision_id, "model": model, "prompt": prompt, "answer": answer}
     try:
-        response = await client.post(router.judge_url, json=body, timeout=timeout_s)
+        response = await backends.http.post(router.judge_url, json=body, timeout=timeout_s)
         response.raise_for_status()
         data = response.json()
         if isinstance(data, dict) and isinstance(data.get("pass"), bool):
@@ -126,8 +129,9 @@ async def ask_judge(
         ):
             score = float(data["score"])
         else:
-            raise ValueError(f"expected {{'pass': bool}} or {{'score': number}}, got {str(data)[:200]}")
-    except (httpx.HTTPError, ValueError) as exc:
-        log.warning("judge of router %s failed on decision %s: %s", router.id, decision_id, exc)
+            raise ValueError(f"expected {{'pass': bool}} or {{'score': number}}, got {data}")
+    except (httpx.HTTPError, ValueError) as exc:  # redacted first, then cut: no secret survives halved
+        reason = backends.excerpt(f"{type(exc).__name__}: {exc}")
+        log.warning("judge of router %s failed on decision %s: %s", router.id, decision_id, reason)
         return Verdict(None, False)
     return Verdict(score, score >= router.judge_threshold)

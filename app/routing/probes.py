@@ -139,7 +139,7 @@ async def _call_and_store(ctx: AppContext, job: ProbeJob) -> None:
                     router_id=router_id,
                     model=model,
                     status="failed",
-                    error=str(exc),
+                    error=exc.logged(),
                 )
             )
             await session.commit()

@@ -29,6 +29,7 @@ from app.routing.costs import settle, usage_tokens
 from app.routing.decide import decide
 from app.routing.fallback import call_with_fallback
 from app.routing.forward import forward_json
+from app.routing.kinds import check_serves
 from app.schemas import RouteRequest
 from app.store.models import Tenant
 
@@ -100,6 +101,8 @@ async def forward_stream(
 
     An ensemble (a ``set`` decision) or a judged cascade needs whole answers before it can answer, so it
     is run as without ``stream`` and returned as ``Forwarded``; the caller streams that answer."""
+    if decided is None:
+        await check_serves(ctx, tenant, request, CHAT_PATH)
     route, router = decided if decided is not None else await decide(ctx, session, tenant, request)
     if (route.mode == "set" and len(route.models) > 1) or (router is not None and router.judge_url):
         unstreamed = {**body, "stream": False}
@@ -120,6 +123,7 @@ async def forward_stream(
         seen: dict[str, Any] = {}
         outcome = "cancelled"
         message = ""
+        upstream: str | None = None
         try:
             async for line in response.aiter_lines():
                 out = _rewrite(line, target, not asked_usage, seen, field)
@@ -131,11 +135,14 @@ async def forward_stream(
             message = f"backend {target.name!r} closed the stream before [DONE]"
         except httpx.HTTPError as exc:
             outcome = "connection"
-            message = f"backend {target.name!r} broke the stream: {type(exc).__name__}: {exc}"
+            message = f"backend {target.name!r} broke the stream: {type(exc).__name__}"
+            upstream = ctx.backends.excerpt(str(exc))
         finally:
             await response.aclose()
             if outcome == "connection":
-                attempts.append(AttemptRecord(target.name, len(attempts) + 1, outcome, None, 0.0, message))
+                attempts.append(
+                    AttemptRecord(target.name, len(attempts) + 1, outcome, None, 0.0, message, upstream)
+                )
             elif outcome == "cancelled":
                 attempts.append(
                     AttemptRecord(target.name, len(attempts) + 1, outcome, None, 0.0, "client disconnected")

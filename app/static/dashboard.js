@@ -1,7 +1,9 @@
 // banditgate admin dashboard: plain JavaScript over the admin REST API, charts by the vendored uPlot.
 // The admin key lives in sessionStorage and is sent as a Bearer token. What each chart plots is kept on
 // window.__charts ({x: [epoch seconds], series: {label: [values]}}) and the stats query behind it on
-// window.__statsQuery, so a test (or a curious person) can compare them with the API.
+// window.__statsQuery, so a test (or a curious person) can compare them with the API; the cost-target and
+// incumbent panel's figures are on window.__trusted (stats.trusted), the warm-start panel's on
+// window.__warmStart (stats.warm_start).
 "use strict";
 
 const KEY_STORE = "banditgate.adminKey";
@@ -21,13 +23,20 @@ function fmt(value, digits = 3) {
   return typeof value === "number" ? Number(value.toPrecision(digits)).toString() : String(value);
 }
 
+// A 422's detail is a list of {loc, msg}; other errors' detail is a string.
+function errorText(detail) {
+  if (typeof detail === "string") return detail;
+  if (Array.isArray(detail)) return detail.map((e) => (e.loc && e.loc.length ? `${e.loc.join(".")}: ` : "") + e.msg).join("; ");
+  return JSON.stringify(detail);
+}
+
 async function api(path, options = {}) {
   const key = sessionStorage.getItem(KEY_STORE);
   const headers = { Authorization: `Bearer ${key}`, ...(options.body ? { "Content-Type": "application/json" } : {}) };
   const response = await fetch(path, { ...options, headers });
   const body = response.status === 204 ? null : await response.json().catch(() => null);
   if (!response.ok) {
-    const detail = body && body.detail ? (typeof body.detail === "string" ? body.detail : JSON.stringify(body.detail)) : response.statusText;
+    const detail = body && body.detail ? errorText(body.detail) : response.statusText;
     const error = new Error(`${response.status}: ${detail}`);
     error.status = response.status;
     throw error;
@@ -132,6 +141,59 @@ function drawStats(stats) {
     ["cost (USD)", fmt(stats.cost_total, 4)],
     ["regret on query rounds", fmt(stats.regret_mean)],
   ].map(([label, value]) => `<div>${esc(label)}<b>${esc(value)}</b></div>`).join("");
+}
+
+// --- cost target and incumbent (stats.trusted) ------------------------------------------------------
+
+function percent(value) {
+  return value === null || value === undefined ? "–" : `${fmt(100 * value)} %`;
+}
+
+// [label, field path in stats.trusted, formatter]; each row keeps its raw value in data-value.
+const TRUSTED_ROWS = [
+  ["lambda_t (reward per USD)", "pacing.cost_multiplier", fmt],
+  ["cost_weight (floor of lambda_t)", "pacing.cost_weight", fmt],
+  ["cost target (USD per request)", "pacing.cost_target", (v) => fmt(v, 4)],
+  ["spend per request (USD)", "pacing.spend_per_request", (v) => fmt(v, 4)],
+  ["spend / target", "pacing.spend_vs_target", percent],
+  ["requests paced", "pacing.requests", fmt],
+  ["incumbent", "safety.incumbent", fmt],
+  ["max loss (alpha)", "safety.max_loss", fmt],
+  ["margin to leave the incumbent now", "safety.margin", (v) => (v === null ? "unbounded: incumbent only" : fmt(v))],
+  ["floor margin so far", "safety.floor_margin", fmt],
+  ["forced onto the incumbent", "safety.forced_share", percent],
+  ["incumbent by the policy's choice", "safety.chosen_share", percent],
+  ["off the incumbent", "safety.off_share", percent],
+  ["cost saved vs always-incumbent (USD)", "safety.cost_saved", (v) => fmt(v, 4)],
+  ["cost saved (share)", "safety.cost_saved_share", percent],
+];
+
+function drawTrusted(trusted) {
+  window.__trusted = trusted;
+  $("trusted").hidden = !trusted;
+  if (!trusted) return;
+  const rows = TRUSTED_ROWS.filter(([, path]) => trusted[path.split(".")[0]]).map(([label, path, format]) => {
+    const [group, field] = path.split(".");
+    const value = trusted[group][field];
+    return `<tr data-field="${esc(path)}" data-value="${esc(JSON.stringify(value))}"><td>${esc(label)}</td><td>${esc(format(value))}</td></tr>`;
+  });
+  $("trusted-figures").querySelector("tbody").innerHTML = rows.join("");
+  const checked = trusted.safety ? ` · ${trusted.safety.checked} decisions checked in this range` : "";
+  $("trusted-note").textContent = `folded up to event ${trusted.last_event_id} (${trusted.events_folded} events)${checked}`;
+}
+
+// --- warm start from logs (stats.warm_start) ---------------------------------------------------------
+
+function drawWarmStart(warm) {
+  window.__warmStart = warm;
+  $("warm-start").hidden = !warm;
+  if (!warm) return;
+  const rows = Object.entries(warm.models).map(([model, m]) => `<tr data-model="${esc(model)}"><td>${esc(model)}</td>
+    <td>${esc(m.stored)}</td><td>${esc(m.folded)}</td><td>${esc(m.pending)}</td><td>${esc(fmt(m.reward_mean))}</td></tr>`);
+  $("warm-start-models").querySelector("tbody").innerHTML = rows.join("");
+  const reset = warm.learned_after ? ` · learned after the reset/import at event ${warm.learned_after}` : "";
+  $("warm-start-note").textContent =
+    `${warm.stored} offline observations logged, ${warm.folded} learned, ${warm.pending} pending (folded up to event ${warm.last_event_id})${reset}`;
 }
 
 // --- decisions --------------------------------------------------------------------------------------
@@ -240,6 +302,8 @@ async function refresh(event) {
     if (!current()) return;
     window.__stats = stats;
     drawStats(stats);
+    drawTrusted(stats.trusted);
+    drawWarmStart(stats.warm_start);
     await Promise.all([loadDecisions(tenant, router), loadConfig(tenant, router)]);
     if (!current()) return;
     setState("ready", `${tenant} / ${router}: ${stats.buckets.length} buckets of ${stats.bucket_s} s up to ${until.toLocaleString()}`);

@@ -25,12 +25,17 @@ def config_hash(router: Router) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def to_message(event: FeedbackEvent, embedding: bytes) -> FeedbackMessage:
+def to_message(event: FeedbackEvent, decision_embedding: bytes | None) -> FeedbackMessage:
+    """The event as the bus carries it: an offline event's own embedding and row id stand in for a
+    decision's (``FeedbackMessage.decision_id`` is the row id then, the key the policy sees)."""
     assert event.router_id is not None  # read by router: events of direct calls are never folded
+    embedding = event.embedding if event.embedding is not None else decision_embedding
+    key = event.decision_id if event.decision_id is not None else event.row_id
+    assert embedding is not None and key is not None  # a decision's event, or an offline one
     return FeedbackMessage(
         event_id=event.id,
         router_id=event.router_id,
-        decision_id=event.decision_id,
+        decision_id=key,
         model=event.model,
         kind=event.kind,
         reward=event.reward,
@@ -57,7 +62,7 @@ async def events_after(
         rows = (
             await session.execute(
                 select(FeedbackEvent, DecisionRow.embedding)
-                .join(DecisionRow, DecisionRow.id == FeedbackEvent.decision_id)
+                .outerjoin(DecisionRow, DecisionRow.id == FeedbackEvent.decision_id)  # offline: none
                 .where(FeedbackEvent.router_id == router_id, FeedbackEvent.id > last)
                 .where(FeedbackEvent.id <= up_to if up_to is not None else true())
                 .order_by(FeedbackEvent.id)

@@ -1,8 +1,10 @@
 """SQLAlchemy tables. Postgres is the source of truth; SQLite runs the same schema embedded.
 
 ``feedback`` is the event log: its autoincrement id orders events, and the unique key
-``(decision_id, model, kind)`` makes a retried POST idempotent. ``snapshots`` hold folded policy states
-with the last event id they include (``watermark``).
+``(decision_id, model, kind)`` makes a retried POST idempotent. An ``offline`` event (a logged outcome
+uploaded as a warm start) has no decision: it carries its own ``embedding`` and the uploader's
+``row_id``, unique per router, so a retried upload is learned once. ``snapshots`` hold folded policy
+states with the last event id they include (``watermark``).
 """
 
 from __future__ import annotations
@@ -43,6 +45,10 @@ class Tenant(Base):
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     name: Mapped[str] = mapped_column(String(100), unique=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # Each key's limits (app/ratelimit/limits.py); NULL = the settings' default.
+    rate_limit_rps: Mapped[float | None] = mapped_column(Float, nullable=True)
+    rate_limit_burst: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    rate_limit_concurrency: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class ApiKey(Base):
@@ -133,10 +139,14 @@ class FeedbackEvent(Base):
     __tablename__ = "feedback"
     __table_args__ = (
         UniqueConstraint("decision_id", "model", "kind", name="uq_feedback_decision_model_kind"),
+        UniqueConstraint("router_id", "row_id", name="uq_feedback_router_row"),
         Index("ix_feedback_router_id", "router_id", "id"),
     )
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
-    decision_id: Mapped[str] = mapped_column(ForeignKey("decisions.id", ondelete="CASCADE"))
+    # null for an offline event (kind ``offline``): no decision made it
+    decision_id: Mapped[str | None] = mapped_column(
+        ForeignKey("decisions.id", ondelete="CASCADE"), nullable=True
+    )
     tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
     router_id: Mapped[int | None] = mapped_column(  # null: about a direct call, folded by no router
         ForeignKey("routers.id", ondelete="CASCADE"), nullable=True
@@ -146,6 +156,9 @@ class FeedbackEvent(Base):
     reward: Mapped[float | None] = mapped_column(Float, nullable=True)
     cost: Mapped[float | None] = mapped_column(Float, nullable=True)
     payload: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # an offline event's own identity and context (null for the events of a decision)
+    row_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    embedding: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 

@@ -13,6 +13,10 @@ the same requests. Buckets are aligned to the Unix epoch: bucket = floor(epoch s
 - regret on query rounds: when a decision asked for the other models' rewards, regret = the best reward
   observed for that decision (any kind) - the reward of its first model; averaged over the query rounds
   that reported the first model's reward. Outside query rounds the other rewards are unknown.
+- incumbent (conservative routers, ``incumbent_stats``): the decisions whose ``info`` names the
+  ``incumbent`` they were checked against; ``info.incumbent_forced`` marks the ones the check moved onto
+  it, and ``models[0]`` tells on from off. Costs: per incumbent, the cost events of the decisions that
+  reported a cost, and the incumbent's own cost events on them (played or probed).
 """
 
 from __future__ import annotations
@@ -161,4 +165,98 @@ async def router_buckets(
         stats = at(bucket)
         stats.regret_rounds += int(n)
         stats.regret_sum += float(regret_sum or 0.0)
+    return out
+
+
+@dataclass
+class IncumbentCosts:
+    """Per incumbent: the costed decisions checked against it and what they cost."""
+
+    decisions: int = 0
+    cost: float = 0.0  # every cost event of these decisions (probes and cascade steps included)
+    incumbent_cost: float = 0.0  # the incumbent's own cost events on the decisions that have one
+    unobserved: int = 0  # decisions without a cost event of the incumbent
+    unobserved_chars: int = 0  # their prompt characters (to price the incumbent's call)
+
+
+@dataclass
+class IncumbentStats:
+    """The checked decisions of a conservative router inside a window (``info.incumbent`` set)."""
+
+    checked: int = 0
+    forced: int = 0  # the check played the incumbent instead of the policy's choice
+    on_incumbent: int = 0  # the first model called was the incumbent (forced or chosen)
+    costs: dict[str, IncumbentCosts] = field(default_factory=dict)
+
+    @property
+    def chosen(self) -> int:
+        return self.on_incumbent - self.forced
+
+    @property
+    def off_incumbent(self) -> int:
+        return self.checked - self.on_incumbent
+
+
+async def incumbent_stats(session: AsyncSession, router_id: int, window: Window) -> IncumbentStats:
+    """Counts of a conservative router's checked decisions in ``window`` (forced, on and off the
+    incumbent, from each decision's ``info``) and, per incumbent, the cost of the decisions that
+    reported any cost with what the incumbent's calls cost where they were made."""
+    D, F = DecisionRow, FeedbackEvent
+    incumbent = D.info["incumbent"].as_string()
+    checked = (
+        select(
+            D.id.label("id"),
+            incumbent.label("incumbent"),
+            D.models[0].as_string().label("model"),
+            case((D.info["incumbent_forced"].as_boolean(), 1), else_=0).label("forced"),
+            D.prompt_chars.label("chars"),
+        )
+        .where(
+            D.router_id == router_id,
+            D.created_at >= window.since,
+            D.created_at < window.until,
+            incumbent.is_not(None),
+        )
+        .subquery("c")
+    )
+    c = checked.c
+    out = IncumbentStats()
+    n, forced, on = (
+        await session.execute(
+            select(func.count(), func.sum(c.forced), func.sum(case((c.model == c.incumbent, 1), else_=0)))
+        )
+    ).one()
+    out.checked, out.forced, out.on_incumbent = int(n), int(forced or 0), int(on or 0)
+
+    own = case((F.model == c.incumbent, F.cost))
+    per_decision = (
+        select(
+            c.incumbent.label("incumbent"),
+            c.chars.label("chars"),
+            func.count(F.cost).label("costed"),
+            func.sum(F.cost).label("cost"),
+            func.count(own).label("own_costed"),
+            func.sum(own).label("own_cost"),
+        )
+        .join(F, F.decision_id == c.id)
+        .group_by(c.id, c.incumbent, c.chars)
+        .subquery("p")
+    )
+    p = per_decision.c
+    unobserved = p.own_costed == 0
+    for name, decisions, cost, own_cost, missing, chars in await session.execute(
+        select(
+            p.incumbent,
+            func.count(),
+            func.sum(p.cost),
+            func.sum(p.own_cost),
+            func.sum(case((unobserved, 1), else_=0)),
+            func.sum(case((unobserved, p.chars), else_=0)),
+        )
+        .where(p.costed > 0)
+        .group_by(p.incumbent)
+    ):
+        out.costs[str(name)] = IncumbentCosts(
+            int(decisions), float(cost or 0.0), float(own_cost or 0.0), int(missing or 0), int(chars or 0)
+        )
     return out

@@ -28,6 +28,7 @@ def gateway_env(database_url: str, stream: str, redis_url: str = REDIS_URL, **ex
             "BANDITGATE_ADMIN_KEY": ADMIN_KEY,
             "BANDITGATE_EMBEDDER": "hashing",
             "BANDITGATE_EVENT_STREAM": stream,
+            "BANDITGATE_RATE_LIMIT_PREFIX": f"{stream}:ratelimit",
             "BANDITGATE_STREAM_BLOCK_MS": "100",
         }
         | extra

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from app.main import create_app
-from tests.conftest import Stack, admin_headers, bearer, make_tenancy, running, unique
+from tests.conftest import Stack, admin_headers, bearer, error_text, make_tenancy, running, unique
 
 
 async def test_tenant_key_backend_router_crud(stack: Stack) -> None:
@@ -161,7 +161,7 @@ async def test_state_export_import_reset(stack: Stack) -> None:
         assert a["scores"] == b["scores"]
 
         bad = await client.post(base, json={"state": {"policy": "linucb"}}, headers=admin_headers())
-        assert bad.status_code == 422 and "cannot be restored" in bad.json()["detail"]
+        assert bad.status_code == 422 and "cannot be restored" in error_text(bad)
 
         reset = await client.delete(base, headers=admin_headers())
         assert reset.status_code == 200

@@ -9,7 +9,8 @@ from typing import Any
 import httpx
 
 from app.main import create_app
-from tests.conftest import Stack, admin_headers, bearer, make_tenancy, running
+from tests.conftest import Stack, admin_headers, bearer, error_text, make_tenancy, running, unique
+from tests.integration.test_rate_limits import from_addresses
 
 
 async def pages(client: httpx.AsyncClient, path: str, params: dict[str, Any]) -> list[list[dict[str, Any]]]:
@@ -90,7 +91,7 @@ async def test_log_validation(stack: Stack) -> None:
             ("/admin/feedback", {"until": "soon"}, "until='soon' is not an ISO 8601 time"),
         ]:
             response = await client.get(path, params=params, headers=h)
-            assert response.status_code == 422 and says in response.json()["detail"], (path, response.text)
+            assert response.status_code == 422 and says in error_text(response), (path, response.text)
         assert (await client.get("/admin/decisions", headers=bearer(t.key))).status_code == 403
         assert (await client.get("/admin/feedback")).status_code == 401
 
@@ -109,14 +110,14 @@ def sample(text: str, name: str, **labels: str) -> float:
 async def test_metrics(stack: Stack) -> None:
     async with running(create_app(stack.settings())) as client:
         t = await make_tenancy(client)
-        before = (await client.get("/metrics")).text
+        before = (await client.get("/metrics", headers=admin_headers())).text
         for i in range(3):
             d = (await client.post("/route", json={"prompt": f"m {i}"}, headers=bearer(t.key))).json()
             body = {"decision_id": d["decision_id"], "reward": 1.0}
             await client.post("/feedback", json=body, headers=bearer(t.key))
             await client.post("/feedback", json=body, headers=bearer(t.key))  # a duplicate: not counted
         await client.get("/admin/decisions/nope", headers=admin_headers())
-        response = await client.get("/metrics")
+        response = await client.get("/metrics", headers=admin_headers())
         assert response.headers["content-type"].startswith("text/plain")
         after = response.text
 
@@ -136,3 +137,55 @@ async def test_metrics_can_be_turned_off(sqlite_stack: Stack) -> None:
     async with running(create_app(sqlite_stack.settings(metrics_enabled=False))) as client:
         assert (await client.get("/metrics")).status_code == 404
         assert (await client.get("/healthz")).status_code == 200
+
+
+async def test_metrics_need_their_token(sqlite_stack: Stack) -> None:
+    """The metrics token when one is set (the admin key is then refused), else the admin key; public only
+    when explicitly said; neither configured: 403."""
+    token = "metrics-scrape-token"
+    async with running(create_app(sqlite_stack.settings(metrics_token=token))) as client:
+        missing = await client.get("/metrics")
+        assert missing.status_code == 401 and missing.headers["www-authenticate"] == "Bearer"
+        assert "metrics token" in missing.json()["detail"]
+        assert (await client.get("/metrics", headers=bearer("wrong-token"))).status_code == 401
+        assert (await client.get("/metrics", headers=admin_headers())).status_code == 401
+        good = await client.get("/metrics", headers=bearer(token))
+        assert good.status_code == 200 and "banditgate_http_responses_total" in good.text
+    async with running(create_app(sqlite_stack.settings())) as client:
+        assert (await client.get("/metrics")).status_code == 401
+        assert (await client.get("/metrics", headers=bearer(token))).status_code == 401
+        assert (await client.get("/metrics", headers=admin_headers())).status_code == 200
+    async with running(create_app(sqlite_stack.settings(admin_key=None))) as client:
+        assert (await client.get("/metrics")).status_code == 403
+    async with running(create_app(sqlite_stack.settings(metrics_public=True))) as client:
+        assert (await client.get("/metrics")).status_code == 200
+
+
+async def test_wrong_metrics_tokens_count_against_the_address(stack: Stack) -> None:
+    """/metrics checks a token as every endpoint checks a key: a wrong one is a failed authentication of
+    the address, and an address over its limit is refused (429) even with the right token."""
+    prefix = unique("bg:test-ratelimit")
+    settings = stack.settings(auth_failure_limit=2, auth_failure_window_s=60.0, rate_limit_prefix=prefix)
+    async with from_addresses(create_app(settings), "10.7.0.1", "10.7.0.2") as (guesser, scraper):
+        assert (await guesser.get("/metrics")).status_code == 401  # no token: not counted
+        for _ in range(2):
+            assert (await guesser.get("/metrics", headers=bearer("wrong-token"))).status_code == 401
+        locked = await guesser.get("/metrics", headers=admin_headers())
+        assert locked.status_code == 429 and int(locked.headers["retry-after"]) >= 1, locked.text
+        assert locked.json()["detail"].startswith("too many failed authentications from this address")
+        assert (await scraper.get("/metrics", headers=admin_headers())).status_code == 200
+
+
+async def test_metrics_count_the_request_limits_refusals(sqlite_stack: Stack) -> None:
+    """RequestMetrics sits outside RequestLimits: a 413 or 431 the limits answer is counted."""
+    async with running(create_app(sqlite_stack.settings(max_body_bytes=1024, max_header_count=20))) as client:
+        before = (await client.get("/metrics", headers=admin_headers())).text
+        big = await client.post("/route", content=b"x" * 2048, headers={"Content-Type": "application/json"})
+        assert big.status_code == 413
+        many = await client.get("/healthz", headers={f"x-h{i}": "v" for i in range(25)})
+        assert many.status_code == 431
+        after = (await client.get("/metrics", headers=admin_headers())).text
+        # refused before routing: labelled <unmatched>
+        labels = {"route": "<unmatched>", "kind": "4xx"}
+        errors = "banditgate_http_errors_total"
+        assert sample(after, errors, **labels) - sample(before, errors, **labels) == 2

@@ -7,14 +7,13 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import numpy as np
 import pytest
 from fastapi import FastAPI
 
 from app.main import create_app
-from app.store.models import DecisionRow, FeedbackEvent
 from routers.registry import POLICIES
-from tests.conftest import Stack, admin_headers, bearer, make_tenancy, running
+from tests.conftest import Stack, admin_headers, bearer, error_text, make_tenancy, running
+from tests.integration.history import Row, write_rows
 from tests.querying_policy import NAME, QueryingLinUCB
 
 
@@ -25,51 +24,15 @@ def at(hour: int, minute: int) -> datetime:
 
 async def write_history(app: FastAPI, tenant_id: int, router_id: int, a: str, b: str) -> None:
     """Decisions and feedback with known times (see the expected values in the test)."""
-    rows: list[
-        tuple[str, datetime, list[str], list[str], list[tuple[str, str, float | None, float | None]]]
-    ] = [
-        (uuid.uuid4().hex, at(-1, 0), [b], [a], []),  # before the window: one earlier query round
-        (uuid.uuid4().hex, at(0, 10), [a], [], [(a, "bandit", 1.0, 0.02)]),
-        (uuid.uuid4().hex, at(0, 20), [b], [a], [(b, "bandit", 0.25, 0.01), (a, "query", 0.75, 0.03)]),
-        (uuid.uuid4().hex, at(0, 30), [], [], []),  # declined
-        (uuid.uuid4().hex, at(2, 5), [a], [b], [(a, "bandit", 0.5, 0.02), (b, "query", 0.5, None)]),
-        (uuid.uuid4().hex, at(3, 0), [a], [], [(a, "bandit", 0.0, 1.0)]),  # at `until`: outside
+    rows = [
+        Row(uuid.uuid4().hex, at(-1, 0), [b], [a]),  # before the window: one earlier query round
+        Row(uuid.uuid4().hex, at(0, 10), [a], [], [(a, "bandit", 1.0, 0.02)]),
+        Row(uuid.uuid4().hex, at(0, 20), [b], [a], [(b, "bandit", 0.25, 0.01), (a, "query", 0.75, 0.03)]),
+        Row(uuid.uuid4().hex, at(0, 30), [], []),  # declined
+        Row(uuid.uuid4().hex, at(2, 5), [a], [b], [(a, "bandit", 0.5, 0.02), (b, "query", 0.5, None)]),
+        Row(uuid.uuid4().hex, at(3, 0), [a], [], [(a, "bandit", 0.0, 1.0)]),  # at `until`: outside
     ]
-    async with app.state.ctx.sessionmaker() as session:
-        for decision_id, when, models, query, events in rows:
-            session.add(
-                DecisionRow(
-                    id=decision_id,
-                    tenant_id=tenant_id,
-                    router_id=router_id,
-                    router_version=1,
-                    policy="linucb",
-                    models=models,
-                    query=query,
-                    scores={},
-                    info={},
-                    embedding=np.zeros(4, np.float32).tobytes(),
-                    prompt_hash="0" * 64,
-                    prompt_chars=1,
-                    created_at=when,
-                )
-            )
-            await session.flush()
-            for model, kind, reward, cost in events:
-                session.add(
-                    FeedbackEvent(
-                        decision_id=decision_id,
-                        tenant_id=tenant_id,
-                        router_id=router_id,
-                        model=model,
-                        kind=kind,
-                        reward=reward,
-                        cost=cost,
-                        payload={},
-                        created_at=when,
-                    )
-                )
-        await session.commit()
+    await write_rows(app, tenant_id, router_id, rows)
 
 
 async def test_stats_buckets_are_hand_computed(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -77,7 +40,7 @@ async def test_stats_buckets_are_hand_computed(stack: Stack, monkeypatch: pytest
     app = create_app(stack.settings())
     async with running(app) as client:
         h = admin_headers()
-        hp = {"budget": 0.5, "horizon": 20}
+        hp: dict[str, object] = {"budget": 0.5, "horizon": 20}
         t = await make_tenancy(client, policy=NAME, hyperparameters=hp)
         a, b = t.arms
         tenant_id = (await client.get(f"/admin/tenants/{t.tenant}", headers=h)).json()["id"]
@@ -203,7 +166,7 @@ async def test_stats_validation(stack: Stack, params: dict[str, str], says: str)
         t = await make_tenancy(client)
         url = f"/admin/tenants/{t.tenant}/routers/main/stats"
         response = await client.get(url, params=params, headers=admin_headers())
-        assert response.status_code == 422 and says in response.json()["detail"], response.text
+        assert response.status_code == 422 and says in error_text(response), response.text
         assert (await client.get(url, headers=bearer(t.key))).status_code == 403
         missing = await client.get(f"/admin/tenants/{t.tenant}/routers/nope/stats", headers=admin_headers())
         assert missing.status_code == 404

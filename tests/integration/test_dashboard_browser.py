@@ -3,12 +3,15 @@ real uvicorn process on SQLite, fed with routes and feedback through the API.
 
 Checks: sign-in with the admin key, every chart plots exactly what the stats API returns for the same
 range, the latest decisions and their explanation show, and a hyperparameter edited on the page is
-persisted (read back through the admin API). A screenshot is written to the test's tmp dir, and to
+persisted (read back through the admin API), and a router with a cost target and an incumbent shows
+the stats API's trusted-routing figures in its panel, and its logged (warm-start) rows per model in
+another (both hidden for a router without them). A screenshot is written to the test's tmp dir, and to
 ``$BANDITGATE_DASHBOARD_SCREENSHOT`` when that is set (how docs/img/dashboard.png is made).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sqlite3
@@ -24,6 +27,7 @@ import httpx
 import pytest
 from playwright.sync_api import Page, sync_playwright
 
+from app.dashboard import CONTENT_SECURITY_POLICY
 from app.store.migrate import upgrade
 from tests.conftest import ADMIN_KEY, admin_headers, bearer
 from tests.querying_policy import NAME
@@ -137,6 +141,45 @@ def feed_traffic(url: str, db_file: str, n: int = 48) -> dict[str, Any]:
     return {"tenant": "acme", "router": "support", "decisions": ids}
 
 
+def feed_guarded(url: str, n: int = 24) -> None:
+    """A second router of the tenant with a cost target and an incumbent, three offline rows (logs), and
+    ``n`` routed prompts with reward and cost feedback (the cheap model answers the poems well, the dear one everything)."""
+    h = admin_headers()
+    with httpx.Client(base_url=url, timeout=30) as client:
+        router = {
+            "name": "guarded",
+            "policy": "thompson",
+            "hyperparameters": {"cost_target": 0.002, "incumbent": "large-model", "max_loss": 0.05},
+            "arms": ["small-model", "large-model"],
+        }
+        assert client.post("/admin/tenants/acme/routers", json=router, headers=h).status_code == 201
+        # three logged outcomes (a warm start): small-model at 1.0 and 0.5, large-model at 1.0
+        logs = [
+            {
+                "id": f"log-{i}",
+                "prompt": TOPICS["poem"][0].format(100 + i),
+                "model": m,
+                "reward": r,
+                "cost": c,
+            }
+            for i, (m, r, c) in enumerate(
+                [("small-model", 1.0, 0.0005), ("small-model", 0.5, 0.0005), ("large-model", 1.0, 0.004)]
+            )
+        ]
+        uploaded = client.post("/admin/tenants/acme/routers/guarded/observations", json=logs, headers=h)
+        assert uploaded.status_code == 200, uploaded.text
+        key = client.post("/admin/tenants/acme/keys", json={}, headers=h).json()["key"]
+        for i in range(n):
+            topic = "math" if i % 2 else "poem"
+            body = {"router": "guarded", "prompt": TOPICS[topic][0].format(i)}
+            d = client.post("/route", json=body, headers=bearer(key)).json()
+            large = d["model"] == "large-model"
+            reward = 1.0 if large or topic == "poem" else 0.2
+            cost = 0.004 if large else 0.0005
+            feedback = {"decision_id": d["decision_id"], "reward": reward, "cost": cost}
+            assert client.post("/feedback", json=feedback, headers=bearer(key)).status_code == 202
+
+
 def expected_charts(stats: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """What each chart must plot, derived from the stats API's answer."""
     buckets = stats["buckets"]
@@ -169,7 +212,7 @@ def expected_charts(stats: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def wait_ready(page: Page) -> None:
-    page.wait_for_function("window.__dashboard && window.__dashboard.state === 'ready'", timeout=20_000)
+    page.wait_for_function("() => window.__dashboard && window.__dashboard.state === 'ready'", timeout=20_000)
 
 
 def test_dashboard_in_chromium(chromium: str, gateway: tuple[str, str], tmp_path: Path) -> None:
@@ -181,8 +224,19 @@ def test_dashboard_in_chromium(chromium: str, gateway: tuple[str, str], tmp_path
             page = browser.new_page(viewport={"width": 1360, "height": 1180})
             errors: list[str] = []
             page.on("pageerror", lambda exc: errors.append(str(exc)))
-            page.goto(f"{url}/dashboard")
-            assert page.url == f"{url}/dashboard/"
+            # a Content-Security-Policy violation is reported on the console (and the script or style
+            # it blocked would be missing): none may happen
+            page.on(
+                "console",
+                lambda m: errors.append(m.text) if "Content Security Policy" in m.text else None,
+            )
+            loaded = page.goto(f"{url}/dashboard")
+            assert page.url == f"{url}/dashboard/" and loaded is not None
+            assert loaded.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+            assert loaded.headers["x-frame-options"] == "DENY"
+            assert loaded.headers["x-content-type-options"] == "nosniff"
+            script = httpx.get(f"{url}/dashboard/dashboard.js")
+            assert script.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
 
             page.fill("#admin-key", "not-the-key")
             page.click("#signin-form button")
@@ -214,6 +268,8 @@ def test_dashboard_in_chromium(chromium: str, gateway: tuple[str, str], tmp_path
                 data = page.evaluate(f"window.__uplot[{name!r}].data")
                 assert data == [chart["x"], *chart["series"].values()], name
             assert set(plotted["traffic"]["series"]) == {"small-model", "large-model"}
+            assert page.is_hidden("#trusted") and page.evaluate("window.__trusted") is None
+            assert page.is_hidden("#warm-start") and page.evaluate("window.__warmStart") is None
 
             # The latest decisions, newest first, and one decision's explanation.
             rows = page.locator("#decisions tbody tr[data-id]")
@@ -231,7 +287,7 @@ def test_dashboard_in_chromium(chromium: str, gateway: tuple[str, str], tmp_path
             # Editing a hyperparameter persists.
             page.fill("#cfg-hyperparameters", '{"alpha": 0.25, "budget": 0.25, "horizon": 40}')
             page.click("#cfg-save")
-            page.wait_for_function("window.__dashboard.saved === 2 || window.__dashboard.saveError")
+            page.wait_for_function("() => window.__dashboard.saved === 2 || window.__dashboard.saveError")
             saved = httpx.get(f"{url}/admin/tenants/acme/routers/support", headers=admin_headers()).json()
             assert (
                 saved["hyperparameters"] == {"alpha": 0.25, "budget": 0.25, "horizon": 40}
@@ -242,7 +298,7 @@ def test_dashboard_in_chromium(chromium: str, gateway: tuple[str, str], tmp_path
             # A bad value is refused with the API's reason, and nothing changes.
             page.fill("#cfg-hyperparameters", '{"alpha": -1}')
             page.click("#cfg-save")
-            page.wait_for_selector("#cfg-result.error:has-text('alpha must be')")
+            page.wait_for_selector("#cfg-result.error:has-text('hyperparameter alpha')")
             again = httpx.get(f"{url}/admin/tenants/acme/routers/support", headers=admin_headers()).json()
             assert again["hyperparameters"]["alpha"] == 0.25 and again["version"] == 2
 
@@ -250,6 +306,44 @@ def test_dashboard_in_chromium(chromium: str, gateway: tuple[str, str], tmp_path
             page.reload()
             wait_ready(page)
             assert '"alpha": 0.25' in page.input_value("#cfg-hyperparameters")
+
+            # A router with a cost target and an incumbent: the panel shows the API's figures.
+            feed_guarded(url)
+            page.reload()  # the router list is read at sign-in
+            wait_ready(page)
+            page.select_option("#router", "guarded")
+            wait_ready(page)
+            query = page.evaluate("window.__statsQuery")
+            assert query["router"] == "guarded"
+            params = {k: query[k] for k in ("since", "until", "bucket")}
+            guarded = httpx.get(
+                f"{url}/admin/tenants/acme/routers/guarded/stats", params=params, headers=admin_headers()
+            ).json()
+            trusted = guarded["trusted"]
+            assert page.evaluate("window.__trusted") == trusted
+            assert trusted["pacing"]["requests"] == 24 and trusted["safety"]["checked"] == 24
+            rows = page.locator("#trusted-figures tbody tr")
+            assert rows.count() == 15
+            for i in range(rows.count()):
+                group, field = str(rows.nth(i).get_attribute("data-field")).split(".")
+                assert json.loads(str(rows.nth(i).get_attribute("data-value"))) == trusted[group][field]
+            assert "large-model" in page.inner_text("#trusted-figures")
+            note = page.inner_text("#trusted-note")
+            assert f"event {trusted['last_event_id']}" in note and "24 decisions checked" in note
+            # ...and the warm-start panel the logged rows, per model
+            warm = guarded["warm_start"]
+            assert page.evaluate("window.__warmStart") == warm
+            assert (warm["stored"], warm["folded"], warm["pending"]) == (3, 3, 0)
+            cells = {
+                str(r.get_attribute("data-model")): [c.strip() for c in r.locator("td").all_inner_texts()]
+                for r in page.locator("#warm-start-models tbody tr").all()
+            }
+            assert cells == {
+                "large-model": ["large-model", "1", "1", "0", "1"],
+                "small-model": ["small-model", "2", "2", "0", "0.75"],
+            }
+            assert "3 offline observations logged, 3 learned" in page.inner_text("#warm-start-note")
+            page.screenshot(path=str(tmp_path / "dashboard-trusted.png"), full_page=True)
             assert errors == []
         finally:
             browser.close()

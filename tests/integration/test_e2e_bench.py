@@ -38,9 +38,13 @@ async def test_service_matches_the_offline_replay(pg_stack: Stack, mmlu300: Path
     dataset = load_dataset(mmlu300)
     embeddings = dataset_embeddings(dataset, "hashing", cache_dir=tmp_path, progress=False)
     # one gateway-driven cascade step per model at most, as the simulator bounds an adaptive cascade
-    app = create_app(pg_stack.settings(replay_dataset=str(mmlu300), judge_max_steps=len(dataset.models)))
+    replay_key = "rpl_e2e-test-key"
+    settings = pg_stack.settings(
+        replay_dataset=str(mmlu300), replay_api_key=replay_key, judge_max_steps=len(dataset.models)
+    )
+    app = create_app(settings)
     async with app.router.lifespan_context(app), served(app) as url:
-        gateway = Gateway(url, ADMIN_KEY, f"{url}/replay")
+        gateway = Gateway(url, ADMIN_KEY, f"{url}/replay", backends_key=replay_key)
         try:
             results = await compare(
                 gateway,

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
 from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 
 from tests.conftest import Stack, admin_headers, bearer, running, unique
 from tests.fake_backend import FakeBackends
@@ -165,3 +167,55 @@ async def test_a_failed_backend_mid_cascade_falls_back_to_an_untried_model(
         assert [b["model"] for b in seen] == [first, third]
         assert response.headers["x-banditgate-model"] == third
         assert response.json()["choices"][0]["message"]["content"] == "answer from nousage"
+
+
+def failing_judge_app(status_code: int, answer: Any) -> FastAPI:
+    app = FastAPI()
+
+    @app.post("/judge")
+    async def judge() -> Any:
+        return JSONResponse(answer, status_code=status_code)
+
+    return app
+
+
+URL_PASSWORD = "hunter2-judge-password"
+URL_TOKEN = "judge-query-token-value"
+ECHOED_KEY = "sk-ABCDEFGHIJKLMNOPQRSTUVWX"
+
+
+@pytest.mark.parametrize(
+    ("status_code", "answer"),
+    [
+        (500, {"detail": "down"}),  # httpx's error names the judge's URL, credentials and all
+        # An answer of the wrong shape echoing a key that the old 200-character cut split in two
+        # (a fragment too short to look like a key, left unredacted).
+        (200, {"verdict": "x" * 180 + " " + ECHOED_KEY}),
+    ],
+)
+async def test_a_failing_judge_is_logged_redacted(
+    sqlite_stack: Stack, fake: FakeBackends, caplog: pytest.LogCaptureFixture, status_code: int, answer: Any
+) -> None:
+    app = gateway_app(sqlite_stack)
+    async with served(failing_judge_app(status_code, answer)) as judge, running(app) as client:
+        arms = [await add_backend(client, fake, "ok"), await add_backend(client, fake, "ok")]
+        tenant = unique("t")
+        key = await add_tenant(client, arms, tenant=tenant)
+        url = judge.replace("http://", f"http://judge:{URL_PASSWORD}@") + f"/judge?token={URL_TOKEN}"
+        patched = await client.patch(
+            f"/admin/tenants/{tenant}/routers/main", json={"judge_url": url}, headers=admin_headers()
+        )
+        assert patched.status_code == 200, patched.text
+        body = {
+            "prompt": PROMPT,
+            "forward": True,
+            "request": {"messages": [{"role": "user", "content": PROMPT}]},
+        }
+        with caplog.at_level(logging.WARNING, logger="app.routing.judge"):
+            done = (await client.post("/route", json=body, headers=bearer(key))).json()
+        assert done["judged"][0]["score"] is None
+        logged = [r.getMessage() for r in caplog.records if r.name == "app.routing.judge"]
+        assert len(logged) == 1 and "judge of router" in logged[0]
+        assert "[REDACTED]" in logged[0]
+        for secret in (URL_PASSWORD, URL_TOKEN, ECHOED_KEY[:5]):
+            assert secret not in logged[0], logged[0]

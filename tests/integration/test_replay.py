@@ -10,19 +10,30 @@ from pathlib import Path
 import httpx2
 import openai
 import pytest
+from fastapi import FastAPI
 from sqlalchemy import select
 
+from app.api.http_limits import HttpLimits
+from app.demo import set_up_demo
 from app.demo_dataset import TOPICS, write_demo_dataset
 from app.main import create_app
 from app.replay_backends import load_dataset, replay_app
 from app.replay_evaluator import run_evaluator
+from app.settings import Settings
 from app.store.migrate import upgrade
 from app.store.models import FeedbackEvent, Probe
 from routers.registry import POLICIES
-from tests.conftest import Stack, admin_headers, running
+from tests.conftest import Stack, admin_headers, bearer, running
 from tests.querying_policy import NAME as QUERYING
 from tests.querying_policy import QueryingLinUCB
 from tests.served import served
+
+REPLAY_KEY = "rpl_test-replay-key"
+LIMITS = HttpLimits.of(Settings(max_body_bytes=64 * 1024))
+
+
+def replay_backends(directory: Path) -> FastAPI:
+    return replay_app(load_dataset(directory), REPLAY_KEY, LIMITS)
 
 
 @pytest.fixture(scope="module")
@@ -38,11 +49,11 @@ def fresh_db(tmp_path: Path) -> str:
     return url
 
 
-def replay_client(directory: Path, model: str) -> openai.AsyncOpenAI:
-    transport = httpx2.ASGITransport(app=replay_app(load_dataset(directory)))
+def replay_client(directory: Path, model: str, api_key: str = REPLAY_KEY) -> openai.AsyncOpenAI:
+    transport = httpx2.ASGITransport(app=replay_backends(directory))
     return openai.AsyncOpenAI(
         base_url=f"http://replay/{model}/v1",
-        api_key="unused",
+        api_key=api_key,
         http_client=httpx2.AsyncClient(transport=transport),
     )
 
@@ -87,11 +98,16 @@ async def test_the_router_learns_the_demo_topics_through_the_gateway(
     evaluator. Best per topic: maths -> demo-large (0.9 vs 0.3), writing -> demo-small (0.9 vs 0.6).
     Uniform random choice earns 0.675 on average; the oracle 0.9."""
     rows = {r["id"]: r for r in load_dataset(dataset_dir).rows}
-    async with served(replay_app(load_dataset(dataset_dir))) as replay_url:
+    async with served(replay_backends(dataset_dir)) as replay_url:
         app = create_app(Stack("sqlite", fresh_db, None).settings())
         async with running(app) as client:
             for name in ("demo-small", "demo-large"):
-                backend = {"name": name, "base_url": f"{replay_url}/{name}/v1", "usd_per_mtok_in": 1.0}
+                backend = {
+                    "name": name,
+                    "base_url": f"{replay_url}/{name}/v1",
+                    "usd_per_mtok_in": 1.0,
+                    "api_key": REPLAY_KEY,
+                }
                 assert (
                     await client.post("/admin/backends", json=backend, headers=admin_headers())
                 ).status_code == 201
@@ -144,11 +160,11 @@ async def test_the_evaluator_answers_active_learning_queries(
     also probes that arm (app/routing/probes.py): its cost is recorded and the evaluator's query reward marks the
     probe answered, so none is left pending."""
     monkeypatch.setitem(POLICIES, QUERYING, QueryingLinUCB)
-    async with served(replay_app(load_dataset(dataset_dir))) as replay_url:
+    async with served(replay_backends(dataset_dir)) as replay_url:
         app = create_app(Stack("sqlite", fresh_db, None).settings())
         async with running(app) as client:
             for name in ("demo-small", "demo-large"):
-                backend = {"name": name, "base_url": f"{replay_url}/{name}/v1"}
+                backend = {"name": name, "base_url": f"{replay_url}/{name}/v1", "api_key": REPLAY_KEY}
                 assert (
                     await client.post("/admin/backends", json=backend, headers=admin_headers())
                 ).status_code == 201
@@ -178,3 +194,44 @@ async def test_the_evaluator_answers_active_learning_queries(
     # every=4: decisions 4, 8, ..., 20 ask about the arm not chosen; each is probed (5 more costs).
     assert summary.queries == 5 and kinds == {"bandit": 20, "cost": 25, "query": 5}
     assert statuses == {"answered": 5} and pending["probes"] == []
+
+
+async def test_replay_backends_need_their_key_and_bound_their_bodies(dataset_dir: Path) -> None:
+    transport = httpx2.ASGITransport(app=replay_backends(dataset_dir))
+    async with httpx2.AsyncClient(transport=transport, base_url="http://replay") as client:
+        body = {"messages": [{"role": "user", "content": "hi"}]}
+        url = "/demo-small/v1/chat/completions"
+        assert (await client.post(url, json=body)).status_code == 401
+        wrong = await client.post(url, json=body, headers={"Authorization": "Bearer rpl_wrong"})
+        assert wrong.status_code == 401 and wrong.headers["www-authenticate"] == "Bearer"
+        assert (
+            await client.get("/demo-small/v1/models", headers={"Authorization": "Bearer x"})
+        ).status_code == 401
+        right = {"Authorization": f"Bearer {REPLAY_KEY}"}
+        assert (await client.post(url, json=body, headers=right)).status_code == 200
+        big = {"messages": [{"role": "user", "content": "x" * (64 * 1024)}]}
+        too_big = await client.post(url, json=big, headers=right)
+        assert too_big.status_code == 413 and "larger than 65536 bytes" in too_big.text
+
+
+async def test_the_demo_set_up_registers_the_replay_key_with_its_backends(
+    dataset_dir: Path, fresh_db: str
+) -> None:
+    """What ``banditgate demo`` serves: the gateway with its replay mount and the demo's backends, which
+    carry the replay key; a tenant's forwarded request is answered by the replay backend."""
+    settings = Stack("sqlite", fresh_db, None).settings(
+        replay_dataset=str(dataset_dir), replay_api_key=REPLAY_KEY
+    )
+    app = create_app(settings)
+    async with served(app) as url:
+        demo = await set_up_demo(settings, backend_base_url=f"{url}/replay")
+        again = await set_up_demo(settings, backend_base_url=f"{url}/replay")  # idempotent
+        async with httpx2.AsyncClient(base_url=url, timeout=30) as client:
+            # the mount refuses callers without the key
+            unkeyed = await client.post("/replay/demo-small/v1/chat/completions", json={"messages": []})
+            assert unkeyed.status_code == 401
+            body = {"model": "router", "messages": [{"role": "user", "content": "hello"}]}
+            answer = await client.post("/v1/chat/completions", json=body, headers=bearer(again.api_key))
+            assert answer.status_code == 200, answer.text
+            assert "replay placeholder" in answer.json()["choices"][0]["message"]["content"]
+    assert demo.arms == again.arms

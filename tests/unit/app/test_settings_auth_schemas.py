@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from app.api.errors import is_openai_path
 from app.auth import bearer_token, display_prefix, hash_key, is_admin_key, new_api_key
 from app.events import CatalogChanged, FeedbackMessage, RouterChanged, decode_message, encode_message
 from app.jsonable import jsonable
 from app.routing.decide import decision_rng
-from app.schemas import FeedbackRequest, RouterCreate, RouteRequest
-from app.settings import Settings
+from app.schemas import FeedbackRequest, RouterCreate, RouteRequest, TenantLimits
+from app.settings import RATE_LIMIT_MAX, Settings
 from app.store.models import Backend
 from routers.replay_format import call_cost
 
@@ -118,3 +119,19 @@ def test_jsonable() -> None:
         "b": [None, 2],
         "c": [1.0, None],
     }
+
+
+@pytest.mark.parametrize("field", ["rate_limit_rps", "rate_limit_burst", "rate_limit_concurrency"])
+def test_a_tenants_rate_limits_have_the_settings_bounds(field: str) -> None:
+    """One bound (RATE_LIMIT_MAX) for the server's defaults and a tenant's own values."""
+    assert getattr(TenantLimits(**{field: RATE_LIMIT_MAX}), field) == RATE_LIMIT_MAX
+    assert getattr(Settings(**{field: RATE_LIMIT_MAX}), field) == RATE_LIMIT_MAX  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match=f"less than or equal to {RATE_LIMIT_MAX}"):
+        TenantLimits(**{field: RATE_LIMIT_MAX + 1})
+    with pytest.raises(ValidationError, match=f"less than or equal to {RATE_LIMIT_MAX}"):
+        Settings(**{field: RATE_LIMIT_MAX + 1})  # type: ignore[arg-type]
+
+
+def test_openai_paths() -> None:
+    assert is_openai_path("/v1") and is_openai_path("/v1/chat/completions")
+    assert not is_openai_path("/v10/models") and not is_openai_path("/route")

@@ -7,15 +7,27 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import pytest
+from pydantic import ConfigDict
 
+from bench.dataset import Dataset
+from bench.policy_spec import PolicySpec
+from bench.run_command import ReplayResult, replay
 from routers.base import Context, Decision, Observation
+from routers.hyperparameters import Hyperparameters
 from routers.registry import POLICIES
 
 Script = Callable[["ScriptedPolicy", Context], Decision]
 
 
+class ScriptedHyperparameters(Hyperparameters):
+    """Whatever a test's spec sets: the double records it in ``config``."""
+
+    model_config = ConfigDict(extra="allow", strict=True, frozen=True)
+
+
 class ScriptedPolicy:
     name: ClassVar[str] = "scripted"
+    hyperparameters: ClassVar[type[Hyperparameters]] = ScriptedHyperparameters
     instances: ClassVar[list[ScriptedPolicy]] = []
 
     def __init__(
@@ -70,3 +82,10 @@ def register(monkeypatch: pytest.MonkeyPatch, name: str, script: Script, cls: ty
 
 def always(decision: Callable[[], Decision]) -> Script:
     return lambda policy, context: decision()
+
+
+def replay_with_repeats(dataset: Dataset, specs: Sequence[PolicySpec], **options: Any) -> ReplayResult:
+    """``bench run``'s replay on the dataset's own context vectors, prompts drawn with replacement (the
+    protocol these tests' hand-computed figures assume), without a progress bar."""
+    assert dataset.contexts is not None, "these tests replay datasets with context vectors"
+    return replay(dataset, dataset.contexts, specs, progress=False, draws="with-replacement", **options)

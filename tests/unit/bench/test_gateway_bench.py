@@ -27,7 +27,7 @@ def test_overheads_are_medians_net_of_the_upstream_and_ratios_are_against_the_ba
             "gw": {"p50_ms": 11.5, "req_per_s": 150, "cpu_ms_per_req": 8.0},
         },
     ]
-    out = summarise(rounds, "up", "bare")
+    out = summarise(rounds, "up", {"gw": "bare"})  # the gateway against the bare proxy of its parser
     assert out["bare"]["overhead_p50_ms"] == 2.0  # per round 2, 2, 2
     assert out["gw"]["overhead_p50_ms"] == 8.0  # per round 8, 5, 10 -> median 8
     assert out["gw"]["overhead_x_bare"] == 4.0

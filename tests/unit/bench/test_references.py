@@ -9,9 +9,8 @@ import pytest
 
 from bench.dataset import load_dataset, write_dataset
 from bench.policy_spec import parse_spec
-from bench.run_command import replay
 from routers.base import Decision
-from tests.unit.bench.scripted_policy import always, register
+from tests.unit.bench.scripted_policy import always, register, replay_with_repeats
 
 # A costs 0.01 USD a call, B 0.03. Rewards (mean): p0 A=1 B=1; p1 A=0 B=1; p2 A=0.5 (samples) B=0.
 # lambda = 10: utilities p0 A .9 B .7 | p1 A -.1 B .7 | p2 A .4 B -.3 -> oracle A, B, A; best single A
@@ -45,16 +44,7 @@ def test_references_regret_and_opr_match_hand_computation(
     monkeypatch, dataset, lam, oracle_reward, oracle_cost, best_single, regret_b, optimal_b
 ) -> None:
     register(monkeypatch, "always-b", always(lambda: Decision(arms=["B"])))
-    result = replay(
-        dataset,
-        dataset.contexts,
-        [parse_spec("always-b")],
-        horizon=40,
-        seeds=3,
-        cost_weight=lam,
-        progress=False,
-        draws="with-replacement",
-    )
+    result = replay_with_repeats(dataset, [parse_spec("always-b")], horizon=40, seeds=3, cost_weight=lam)
     counts = np.array(
         [np.bincount(np.random.default_rng(s).integers(3, size=40), minlength=3) for s in range(3)]
     ).sum(axis=0)
@@ -75,24 +65,14 @@ def test_references_regret_and_opr_match_hand_computation(
 
 
 def test_random_reference_picks_each_model_about_half_the_time(dataset) -> None:
-    result = replay(
-        dataset, dataset.contexts, [], horizon=2000, seeds=2, progress=False, draws="with-replacement"
-    )
+    result = replay_with_repeats(dataset, [], horizon=2000, seeds=2)
     # E[cost] = (0.01 + 0.03) / 2 = 0.02; sd of the mean of 4000 fair picks of +-0.01 is 0.00016
     assert result.report["reference"]["random"]["mean_cost"] == pytest.approx(0.02, abs=0.0008)
 
 
 def test_ci95_is_196_sd_over_sqrt_seeds_of_per_seed_means(monkeypatch, dataset) -> None:
     register(monkeypatch, "always-b", always(lambda: Decision(arms=["B"])))
-    result = replay(
-        dataset,
-        dataset.contexts,
-        [parse_spec("always-b")],
-        horizon=30,
-        seeds=4,
-        progress=False,
-        draws="with-replacement",
-    )
+    result = replay_with_repeats(dataset, [parse_spec("always-b")], horizon=30, seeds=4)
     per_seed = [trace.reward.mean() for trace in result.runs["always-b"]]
     expected = 1.96 * np.std(per_seed, ddof=1) / 2.0
     assert expected > 0
@@ -104,16 +84,7 @@ def test_schedule_restricts_the_oracle_and_tells_the_policy(monkeypatch, dataset
 
     events = [parse_arm_event("B@10", "add"), parse_arm_event("A@20", "remove")]
     register(monkeypatch, "first", lambda policy, context: Decision(arms=[next(iter(context.costs))]))
-    result = replay(
-        dataset,
-        dataset.contexts,
-        [parse_spec("first")],
-        horizon=30,
-        seeds=1,
-        events=events,
-        progress=False,
-        draws="with-replacement",
-    )
+    result = replay_with_repeats(dataset, [parse_spec("first")], horizon=30, seeds=1, events=events)
     from tests.unit.bench.scripted_policy import ScriptedPolicy
 
     policy = ScriptedPolicy.instances[-1]
@@ -131,14 +102,8 @@ def test_every_policy_sees_the_same_prompts_and_reward_draws(monkeypatch, datase
     from tests.unit.bench.scripted_policy import ScriptedPolicy
 
     register(monkeypatch, "always-a", always(lambda: Decision(arms=["A"])))
-    result = replay(
-        dataset,
-        dataset.contexts,
-        [parse_spec("always-a"), parse_spec("always-a:x=1")],
-        horizon=25,
-        seeds=2,
-        progress=False,
-        draws="with-replacement",
+    result = replay_with_repeats(
+        dataset, [parse_spec("always-a"), parse_spec("always-a:x=1")], horizon=25, seeds=2
     )
     first, second = ScriptedPolicy.instances[-4], ScriptedPolicy.instances[-3]  # seed 0 of each spec
     assert [p.seed for p in (first, second)] == [0, 0]

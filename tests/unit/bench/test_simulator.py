@@ -9,9 +9,8 @@ import pytest
 
 from bench.dataset import load_dataset, write_dataset
 from bench.policy_spec import parse_spec
-from bench.run_command import replay
 from routers.base import Context, Decision
-from tests.unit.bench.scripted_policy import ScriptedPolicy, always, register
+from tests.unit.bench.scripted_policy import ScriptedPolicy, always, register, replay_with_repeats
 
 # One prompt; success threshold 0.5 (midpoint of [0, 1]).
 # model:  cheap  mid   pricey  weak
@@ -41,16 +40,7 @@ def dataset(tmp_path: Path):
 
 def _run(monkeypatch, dataset, script, **kwargs):
     register(monkeypatch, "scripted", script)
-    result = replay(
-        dataset,
-        dataset.contexts,
-        [parse_spec("scripted")],
-        horizon=HORIZON,
-        seeds=1,
-        progress=False,
-        **kwargs,
-        draws="with-replacement",
-    )
+    result = replay_with_repeats(dataset, [parse_spec("scripted")], horizon=HORIZON, seeds=1, **kwargs)
     return result.report["policies"][0], result.runs["scripted"][0], ScriptedPolicy.instances[-1]
 
 
@@ -206,15 +196,7 @@ def test_dataset_budget_applies_to_policies_and_references(tmp_path: Path, monke
     root = write_dataset(tmp_path / "b", MODELS, ROWS, (0.0, 1.0), "budget", budget=0.004)
     data = load_dataset(root)
     register(monkeypatch, "scripted", always(lambda: Decision(arms=["mid"])))
-    report = replay(
-        data,
-        data.contexts,
-        [parse_spec("scripted")],
-        horizon=4,
-        seeds=1,
-        progress=False,
-        draws="with-replacement",
-    ).report
+    report = replay_with_repeats(data, [parse_spec("scripted")], horizon=4, seeds=1).report
     assert report["policies"][0]["violation"] == pytest.approx(0.01 - 0.004)
     # the oracle calls mid (reward 1, cheaper than pricey): the same spend
     assert report["reference"]["oracle"]["violation"] == pytest.approx(0.006)

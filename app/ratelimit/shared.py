@@ -1,0 +1,141 @@
+"""The Redis limiter: one bucket per key and per address in Redis, so every gateway process shares the
+budget. Each check is one Lua script, atomic in Redis, timed by Redis's own clock (``TIME``), so the
+processes' clocks never disagree.
+
+Keys, under ``rate_limit_prefix``: ``<p>:bucket:<key>`` (a hash of ``tokens`` and ``at``, expiring once
+it would be full again), ``<p>:slots:<key>`` (a sorted set of in-flight slots scored by their expiry:
+a slot a crashed process never released frees itself after ``rate_limit_slot_lease_s``), and
+``<p>:auth:<address>`` (the failed-auth bucket).
+
+When Redis cannot be reached the limiter admits (it fails open, with one warning per outage): the rate
+limits protect capacity, and refusing every request while Redis is down would be the outage they guard
+against.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from app.ratelimit.limits import AuthFailureLimits, KeyLimits, Slot
+
+log = logging.getLogger(__name__)
+
+# KEYS: bucket, slots. ARGV: rate, burst, take (1 = take a token, 0 = only check), concurrency (0 = no
+# slot), slot id, lease seconds, now (seconds; "" = Redis's TIME). Returns {1, 0} admitted, {0, wait_us}
+# refused by the bucket, {-1, 0} refused for want of a slot. The bucket arithmetic of app/ratelimit/bucket.py.
+ADMIT_LUA = """
+local rate = tonumber(ARGV[1])
+local burst = tonumber(ARGV[2])
+local take = tonumber(ARGV[3])
+local concurrency = tonumber(ARGV[4])
+local lease = tonumber(ARGV[6])
+local now = tonumber(ARGV[7])
+if now == nil then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+end
+if concurrency > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+  if redis.call('ZCARD', KEYS[2]) >= concurrency then
+    return {-1, 0}
+  end
+end
+local state = redis.call('HMGET', KEYS[1], 'tokens', 'at')
+local tokens = tonumber(state[1])
+local at = tonumber(state[2])
+if tokens == nil or at == nil then
+  tokens = burst
+  at = now
+end
+tokens = math.min(burst, tokens + rate * math.max(0, now - at))
+at = math.max(now, at)
+if tokens < 1 then
+  return {0, math.ceil((1 - tokens) / rate * 1000000)}
+end
+if take > 0 then
+  tokens = tokens - 1
+  redis.call('HSET', KEYS[1], 'tokens', string.format('%.17g', tokens), 'at', string.format('%.17g', at))
+  redis.call('PEXPIRE', KEYS[1], math.ceil(burst / rate * 1000) + 1000)
+end
+if concurrency > 0 then
+  redis.call('ZADD', KEYS[2], now + lease, ARGV[5])
+  redis.call('PEXPIRE', KEYS[2], math.ceil(lease * 1000))
+end
+return {1, 0}
+"""
+
+ADMITTED, REFUSED_RATE, REFUSED_SLOT = 1, 0, -1
+
+
+class RedisLimiter:
+    """Every limit, shared by the processes on one Redis. ``clock`` replaces Redis's ``TIME`` (tests)."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        prefix: str,
+        auth: AuthFailureLimits,
+        slot_lease_s: float,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self._redis = redis
+        self._prefix = prefix
+        self._auth = auth
+        self._lease_s = slot_lease_s
+        self._clock = clock
+        self._script = redis.register_script(ADMIT_LUA)
+        self._down = False
+
+    async def _run(
+        self, keys: list[str], rate: float, burst: int, take: bool, slots: int, slot: str
+    ) -> list[int]:
+        now = "" if self._clock is None else repr(self._clock())
+        args: list[str | int] = [repr(rate), burst, int(take), slots, slot, repr(self._lease_s), now]
+        try:
+            result = await self._script(keys=keys, args=args)
+        except RedisError as exc:
+            if not self._down:
+                log.warning("rate limiter: Redis unreachable, admitting without limits: %s", exc)
+            self._down = True
+            return [ADMITTED, 0]
+        if self._down:
+            log.warning("rate limiter: Redis reachable again")
+            self._down = False
+        return [int(x) for x in result]
+
+    def _key(self, kind: str, name: str) -> str:
+        return f"{self._prefix}:{kind}:{name}"
+
+    async def admit(self, key: str, limits: KeyLimits) -> Slot:
+        slot = Slot(key, uuid.uuid4().hex)
+        keys = [self._key("bucket", key), self._key("slots", key)]
+        code, wait_us = await self._run(keys, limits.rate, limits.burst, True, limits.concurrency, slot.token)
+        if code == REFUSED_SLOT:
+            raise limits.over_concurrency()
+        if code == REFUSED_RATE:
+            raise limits.over_rate(wait_us / 1e6)
+        return slot
+
+    async def release(self, slot: Slot) -> None:
+        try:
+            await self._redis.zrem(self._key("slots", slot.key), slot.token)
+        except RedisError as exc:  # the slot's lease frees it
+            log.warning("rate limiter: could not release a slot: %s", exc)
+
+    async def _auth_bucket(self, address: str, take: bool) -> list[int]:
+        bucket = self._key("auth", address)
+        keys = [bucket, bucket]  # no slots: the script never reads its second key
+        return await self._run(keys, self._auth.rate, self._auth.burst, take, 0, "")
+
+    async def check_address(self, address: str) -> None:
+        code, wait_us = await self._auth_bucket(address, take=False)
+        if code == REFUSED_RATE:
+            raise self._auth.refusal(wait_us / 1e6)
+
+    async def count_failure(self, address: str) -> None:
+        await self._auth_bucket(address, take=True)

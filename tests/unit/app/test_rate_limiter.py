@@ -1,0 +1,144 @@
+"""Both limiters (in process, and the Lua script on the real Redis) on the same hand-computed cases,
+with an injected clock: a key's bucket and in-flight slots, and a client address's failed-auth bucket."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable
+
+import pytest
+from redis.asyncio import Redis
+
+from app.ratelimit.limits import AuthFailureLimits, KeyLimits, RateLimiter
+from app.ratelimit.local import InProcessLimiter
+from app.ratelimit.shared import RedisLimiter
+from app.routing.errors import RateLimited
+from tests.conftest import REDIS_URL, unique
+
+AUTH = AuthFailureLimits(rate=0.5, burst=3)  # 3 failures, one forgiven every 2 s
+LIMITS = KeyLimits(rate=2.0, burst=3, concurrency=2)
+
+
+class Clock:
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture(params=["in-process", "redis"])
+async def limiter_and_clock(request: pytest.FixtureRequest) -> AsyncIterator[tuple[RateLimiter, Clock]]:
+    clock = Clock()
+    if request.param == "in-process":
+        yield InProcessLimiter(AUTH, clock=clock), clock
+        return
+    redis = Redis.from_url(REDIS_URL)
+    prefix = unique("bg:test-ratelimit")
+    try:
+        yield RedisLimiter(redis, prefix, AUTH, slot_lease_s=60.0, clock=clock), clock
+    finally:
+        keys = [k async for k in redis.scan_iter(f"{prefix}:*")]
+        if keys:
+            await redis.delete(*keys)
+        await redis.aclose()
+
+
+async def refusal(pending: Awaitable[object]) -> RateLimited:
+    with pytest.raises(RateLimited) as caught:
+        await pending
+    return caught.value
+
+
+async def test_the_burst_then_one_request_per_token(limiter_and_clock: tuple[RateLimiter, Clock]) -> None:
+    limiter, clock = limiter_and_clock
+    for _ in range(3):
+        await limiter.release(await limiter.admit("k", LIMITS))
+    refused = await refusal(limiter.admit("k", LIMITS))
+    assert refused.retry_after_s == pytest.approx(0.5, abs=1e-6)  # (1 - 0) / 2
+    assert "2 requests per second, bursts of 3" in refused.message
+    clock.now += 0.25  # half a token
+    assert (await refusal(limiter.admit("k", LIMITS))).retry_after_s == pytest.approx(0.25, abs=1e-6)
+    clock.now += 0.25
+    await limiter.release(await limiter.admit("k", LIMITS))
+    await refusal(limiter.admit("k", LIMITS))
+    # Another key has its own bucket.
+    await limiter.release(await limiter.admit("other", LIMITS))
+
+
+async def test_in_flight_slots(limiter_and_clock: tuple[RateLimiter, Clock]) -> None:
+    limiter, _clock = limiter_and_clock
+    roomy = KeyLimits(rate=100.0, burst=100, concurrency=2)
+    first = await limiter.admit("k", roomy)
+    await limiter.admit("k", roomy)
+    refused = await refusal(limiter.admit("k", roomy))
+    assert refused.retry_after_s == 1.0 and "at most 2 at once" in refused.message
+    await limiter.release(first)
+    third = await limiter.admit("k", roomy)  # the released slot is free again
+    await refusal(limiter.admit("k", roomy))
+    await limiter.release(third)
+
+
+async def test_a_refusal_takes_no_slot_and_no_token(limiter_and_clock: tuple[RateLimiter, Clock]) -> None:
+    limiter, clock = limiter_and_clock
+    one = KeyLimits(rate=1.0, burst=2, concurrency=1)
+    held = await limiter.admit("k", one)
+    await refusal(limiter.admit("k", one))  # no slot: the bucket keeps its 1 token
+    await limiter.release(held)
+    await limiter.release(await limiter.admit("k", one))  # that token
+    await refusal(limiter.admit("k", one))  # bucket empty: no slot taken either
+    clock.now += 1.0
+    await limiter.release(await limiter.admit("k", one))
+
+
+async def test_failed_authentications_per_address(limiter_and_clock: tuple[RateLimiter, Clock]) -> None:
+    limiter, clock = limiter_and_clock
+    for _ in range(3):
+        await limiter.check_address("10.0.0.1")
+        await limiter.count_failure("10.0.0.1")
+    refused = await refusal(limiter.check_address("10.0.0.1"))
+    assert refused.retry_after_s == pytest.approx(2.0, abs=1e-6)  # (1 - 0) / 0.5
+    await limiter.check_address("10.0.0.2")  # another address is not affected
+    clock.now += 1.0
+    assert (await refusal(limiter.check_address("10.0.0.1"))).retry_after_s == pytest.approx(1.0, abs=1e-6)
+    clock.now += 1.0
+    await limiter.check_address("10.0.0.1")  # one failure forgiven
+    await limiter.count_failure("10.0.0.1")
+    await refusal(limiter.check_address("10.0.0.1"))
+
+
+async def test_a_redis_slot_never_released_frees_itself_after_its_lease() -> None:
+    redis = Redis.from_url(REDIS_URL)
+    clock = Clock()
+    limiter = RedisLimiter(redis, unique("bg:test-ratelimit"), AUTH, slot_lease_s=60.0, clock=clock)
+    one = KeyLimits(rate=100.0, burst=100, concurrency=1)
+    await limiter.admit("k", one)  # its process "crashes": never released
+    clock.now += 59.0
+    await refusal(limiter.admit("k", one))
+    clock.now += 1.5
+    await limiter.release(await limiter.admit("k", one))
+    await redis.aclose()
+
+
+async def test_redis_unreachable_admits() -> None:
+    """Fails open: with Redis down every request is admitted (docs/security.md says why)."""
+    redis = Redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=0.5)
+    limiter = RedisLimiter(redis, "bg:unreachable", AUTH, slot_lease_s=60.0)
+    tight = KeyLimits(rate=0.001, burst=1, concurrency=1)
+    for _ in range(3):
+        await limiter.admit("k", tight)
+        await limiter.count_failure("10.0.0.1")
+    await limiter.check_address("10.0.0.1")
+    await redis.aclose()
+
+
+async def test_in_process_the_least_recently_failing_address_is_forgotten_first() -> None:
+    """Past ``max_addresses`` (BANDITGATE_AUTH_FAILURE_MAX_ADDRESSES) the least recently failing address
+    is forgotten, whether or not its bucket has refilled (the limiter's memory is bounded)."""
+    limiter = InProcessLimiter(AUTH, clock=Clock(), max_addresses=2)
+    for address in ("a", "a", "a", "b", "b", "b"):
+        await limiter.count_failure(address)
+    await limiter.count_failure("a")  # a fails again: now b is the least recent
+    await limiter.count_failure("c")  # a third address: b is forgotten
+    await limiter.check_address("b")  # no longer locked out
+    await refusal(limiter.check_address("a"))
+    await limiter.check_address("c")  # one failure of three
