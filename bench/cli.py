@@ -1,8 +1,9 @@
 """``banditgate bench ...`` / ``python -m bench ...``: the benchmark command line.
 
 Every subcommand lives in its own module, which defines ``add_subcommand(subparsers)``: it adds its parser
-and sets ``handler`` (a function of the parsed namespace returning an exit code). Adding a subcommand is
-one line in ``SUBCOMMAND_MODULES``.
+and sets ``handler`` (a function of the parsed namespace returning an exit code); ``documented_parser``
+makes a parser whose ``--help`` shows the module doc as written. Adding a subcommand is one line in
+``SUBCOMMAND_MODULES``.
 """
 
 from __future__ import annotations
@@ -11,18 +12,30 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from routers.base import PolicyConfigError
 
 SUBCOMMAND_MODULES: tuple[str, ...] = (
     "bench.run_command",
-    "bench.convert_routellm",
+    "bench.convert_command",
     "bench.synthetic",
     "bench.mixture",
     "bench.e2e_command",
     "bench.split",
     "bench.gateway_bench",
+    "bench.frontier",
+    "bench.rate_limit_load",
 )
+
+
+def documented_parser(subparsers: Any, name: str, help: str, doc: str | None) -> argparse.ArgumentParser:
+    """Subcommand ``name``'s parser, its ``--help`` description the module doc ``doc`` with its line
+    breaks kept."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        name, help=help, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    return parser
 
 
 def build_parser() -> argparse.ArgumentParser:

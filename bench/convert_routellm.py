@@ -1,5 +1,7 @@
 """``bench convert mmlu|gsm8k|mt-bench``: the RouteLLM evaluation files -> the replay format.
 
+(The ``convert`` parser is ``bench.convert_command``; the image sets are ``bench.convert_images``.)
+
 Reads ``<data>/routellm/...`` (default ``../shared/data``; see its README) and writes ``models.json`` +
 ``rows.jsonl`` into ``--out``. Prices come from a JSON file (default ``bench/data/prices.json``).
 
@@ -201,27 +203,3 @@ def convert_main(args: argparse.Namespace) -> int:
     out = write_dataset(args.out, models, rows, reward_range, description, **extra)
     print(f"wrote {len(rows)} rows to {out}")
     return 0
-
-
-def add_subcommand(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "convert",
-        help="convert the RouteLLM evaluation data to the replay format",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("set", choices=("mmlu", "gsm8k", "mt-bench"))
-    parser.add_argument("--out", required=True, help="output directory")
-    parser.add_argument(
-        "--data",
-        default="../shared/data",
-        help="data directory holding routellm/ (default ../shared/data, the full RouteLLM sets beside the clone; tests/data holds a 300-row MMLU cut)",
-    )
-    parser.add_argument("--prices", default=None, help="prices JSON (default bench/data/prices.json)")
-    parser.add_argument("--subjects", default=None, help="mmlu: comma-separated subjects (default all)")
-    parser.add_argument("--limit", type=int, default=None, help="keep this many prompts, drawn at random")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the --limit draw")
-    parser.add_argument(
-        "--default-tokens-out", type=float, default=None, help="per-model default_tokens_out (harness: 256)"
-    )
-    parser.set_defaults(handler=convert_main)

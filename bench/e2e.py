@@ -135,9 +135,15 @@ class Gateway:
     """An admin and a tenant client of one gateway, with the dataset's models registered as backends."""
 
     def __init__(
-        self, url: str, admin_key: str, backends_url: str, embed_text: dict[str, Any] | None = None
+        self,
+        url: str,
+        admin_key: str,
+        backends_url: str,
+        embed_text: dict[str, Any] | None = None,
+        backends_key: str | None = None,
     ) -> None:
         self.url, self.admin_key, self.backends_url = url, admin_key, backends_url
+        self.backends_key = backends_key  # the replay backends' Bearer key, registered with each backend
         # every router's embed-text rule: the one the offline half embedded with (--embed-text)
         self.embed_text = embed_text
         self.client = httpx.AsyncClient(base_url=url, timeout=120)
@@ -163,6 +169,7 @@ class Gateway:
                 "usd_per_mtok_out": model.usd_per_mtok_out,
                 "usd_per_call": model.usd_per_call,
                 "default_tokens_out": int(model.default_tokens_out),
+                "api_key": self.backends_key,
             }
             response = await self.client.post("/admin/backends", json=body, headers=self.admin)
             if response.status_code == 409:  # registered by an earlier run?
@@ -173,7 +180,13 @@ class Gateway:
                         f"backend {model.name!r} exists and calls {response.json().get('base_url')}, not the "
                         f"replay backend {body['base_url']}: run against a gateway without it"
                     )
-                fields = ("usd_per_mtok_in", "usd_per_mtok_out", "usd_per_call", "default_tokens_out")
+                fields = (
+                    "usd_per_mtok_in",
+                    "usd_per_mtok_out",
+                    "usd_per_call",
+                    "default_tokens_out",
+                    "api_key",
+                )
                 changes = {key: body[key] for key in fields}
                 response = await self.client.patch(
                     f"/admin/backends/{model.name}", json=changes, headers=self.admin
@@ -418,17 +431,20 @@ async def compare(
 
 
 @contextlib.contextmanager
-def spawn_gateway(dataset_dir: Path, embedder: str, max_steps: int) -> Iterator[tuple[str, str]]:
+def spawn_gateway(dataset_dir: Path, embedder: str, max_steps: int) -> Iterator[tuple[str, str, str]]:
     """``banditgate serve`` as a child process on a fresh SQLite database with ``dataset_dir`` mounted as
-    replay backends at ``/replay``; yields (url, admin key) and stops it afterwards."""
+    replay backends at ``/replay``; yields (url, admin key, replay key) and stops it afterwards."""
     work = Path(tempfile.mkdtemp(prefix="banditgate-e2e-"))
     port, admin = free_port(), "adm_" + secrets.token_urlsafe(16)
+    replay_key = "rpl_" + secrets.token_urlsafe(16)
     env = {
         **os.environ,
         "BANDITGATE_DATABASE_URL": f"sqlite+aiosqlite:///{work / 'gateway.db'}",
         "BANDITGATE_ADMIN_KEY": admin,
         "BANDITGATE_EMBEDDER": embedder,
         "BANDITGATE_REPLAY_DATASET": str(dataset_dir.resolve()),
+        "BANDITGATE_REPLAY_API_KEY": replay_key,
+        "BANDITGATE_SECRET_KEY": secrets.token_urlsafe(32),
         "BANDITGATE_JUDGE_MAX_STEPS": str(max_steps),
         "BANDITGATE_LOG_LEVEL": "WARNING",
     }
@@ -450,7 +466,7 @@ def spawn_gateway(dataset_dir: Path, embedder: str, max_steps: int) -> Iterator[
             if time.monotonic() > deadline:
                 raise ServiceError("the gateway did not become ready in 180 s")
             time.sleep(0.5)
-        yield url, admin
+        yield url, admin, replay_key
     finally:
         server.terminate()
         server.wait(30)
@@ -489,7 +505,9 @@ async def measure_overhead(
         model = routed.headers["x-banditgate-model"]
         t2 = time.perf_counter()
         straight = await gateway.client.post(
-            f"{gateway.backends_url}/{model}/v1/chat/completions", json={"model": model, "messages": messages}
+            f"{gateway.backends_url}/{model}/v1/chat/completions",
+            json={"model": model, "messages": messages},
+            headers={"Authorization": f"Bearer {gateway.backends_key}"} if gateway.backends_key else None,
         )
         t3 = time.perf_counter()
         _check(straight, "request straight to the backend")

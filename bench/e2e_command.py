@@ -83,8 +83,10 @@ async def _drive(
     embeddings: np.ndarray,
     url: str,
     admin: str,
+    backends_key: str | None,
 ) -> list[Comparison] | dict[str, float]:
-    gateway = Gateway(url, admin, args.backends_url or f"{url}/replay", args.embed_text.config())
+    backends_url = args.backends_url or f"{url}/replay"
+    gateway = Gateway(url, admin, backends_url, args.embed_text.config(), backends_key)
     try:
         if args.overhead:
             return await measure_overhead(gateway, dataset, specs[0], args.overhead, args.lam)
@@ -123,10 +125,12 @@ def e2e_main(args: argparse.Namespace) -> int:
     if args.gateway:
         if not args.admin_key:
             raise ValueError("--gateway needs --admin-key")
-        outcome = asyncio.run(_drive(args, dataset, specs, embeddings, args.gateway, args.admin_key))
+        drive = _drive(args, dataset, specs, embeddings, args.gateway, args.admin_key, args.backends_key)
+        outcome = asyncio.run(drive)
     else:
-        with spawn_gateway(Path(args.dataset), args.embedder, len(dataset.model_names)) as (url, admin):
-            outcome = asyncio.run(_drive(args, dataset, specs, embeddings, url, admin))
+        spawned = spawn_gateway(Path(args.dataset), args.embedder, len(dataset.model_names))
+        with spawned as (url, admin, replay_key):
+            outcome = asyncio.run(_drive(args, dataset, specs, embeddings, url, admin, replay_key))
     if isinstance(outcome, dict):
         print(
             f"{outcome['pairs']} pairs: through the gateway p50 {outcome['gateway_p50_ms']:.1f} ms, straight "
@@ -177,6 +181,11 @@ def add_subcommand(subparsers: Any) -> None:
     parser.add_argument("--admin-key", help="its admin key")
     parser.add_argument(
         "--backends-url", help="where the dataset's models are served (default <gateway>/replay)"
+    )
+    parser.add_argument(
+        "--backends-key",
+        help="the Bearer key the backends at --backends-url demand (the gateway's BANDITGATE_REPLAY_API_KEY "
+        "for its /replay mount); registered with each backend, so the gateway needs BANDITGATE_SECRET_KEY",
     )
     parser.add_argument("--json", help="write the comparison here")
     parser.add_argument("--plot", help="write a PNG of per-seed reward and cost, offline vs service")

@@ -1,7 +1,9 @@
 """``bench gateway``: what the gateway costs per request, side by side with a bare proxy in one run.
 
-Started as subprocesses on loopback, each under uvicorn with its default (auto) loop and HTTP
-implementation and no access log:
+Started as subprocesses on loopback, each under uvicorn with its default (auto) loop and no access
+log; the bare proxy and the gateways under the HTTP parser ``--http`` names (several: each system once
+per parser, each gateway's ratios against the bare proxy on the same parser), the upstream under
+uvicorn's default:
 
 - ``upstream``: a fake OpenAI backend that answers ``POST /v1/chat/completions`` with a fixed completion
   (``--upstream-delay-ms``, default 0.7 ms, like a fast model server's own overhead);
@@ -49,6 +51,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from itertools import product
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -56,6 +59,7 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
+from bench.cli import documented_parser
 from bench.local_server import free_port
 
 T = TypeVar("T")
@@ -121,14 +125,15 @@ class System:
         "messages": [{"role": "user", "content": prompt}],
     }
     decisions: list[str] | None = None  # a feedback system: the decisions left to post a reward for
+    http: str = ""  # the HTTP parser it runs under ("": uvicorn's default)
 
 
-def feedback_system(name: str, url: str, pid: int, headers: dict[str, str]) -> System:
+def feedback_system(name: str, url: str, pid: int, headers: dict[str, str], http: str = "") -> System:
     """``POST /feedback``, each request a reward for a decision of its own (made beforehand through
     ``/route``, see ``make_decisions``): a retry of one would be answered as a duplicate, cheaper."""
     pool: list[str] = []
     return System(
-        name, url, pid, "/feedback", headers, lambda _: {"decision_id": pool.pop(), "reward": 1.0}, pool
+        name, url, pid, "/feedback", headers, lambda _: {"decision_id": pool.pop(), "reward": 1.0}, pool, http
     )
 
 
@@ -198,11 +203,16 @@ def children(pid: int) -> list[int]:
 
 @contextmanager
 def process(
-    cmd: list[str], env: dict[str, str], url: str, ready_path: str, profiled: bool = False
+    cmd: list[str],
+    env: dict[str, str],
+    url: str,
+    ready_path: str,
+    profiled: bool = False,
+    cwd: str | None = None,
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """Start ``cmd``, wait until it answers, stop it on exit. ``profiled``: ``cmd`` is ``py-spy record
-    -- server``; the server is stopped first, so py-spy writes its profile and exits by itself."""
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    """Start ``cmd`` (in ``cwd``), wait until it answers, stop it on exit. ``profiled``: ``cmd`` is
+    ``py-spy record -- server``; the server is stopped first, so py-spy writes its profile and exits."""
+    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         wait_ready(url, proc, ready_path)
         yield proc
@@ -274,7 +284,7 @@ def profile_tops(
     return {"self": share(own), "cumulative": share(cumulative), "samples": [("total", float(total))]}
 
 
-def uvicorn_cmd(target: str, port: int) -> list[str]:
+def uvicorn_cmd(target: str, port: int, http: str = "") -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -286,6 +296,7 @@ def uvicorn_cmd(target: str, port: int) -> list[str]:
         "--no-access-log",
         "--log-level",
         "warning",
+        *(["--http", http] if http else []),
     ]
 
 
@@ -421,18 +432,48 @@ def start_systems(stack: ExitStack, args: argparse.Namespace, tmp: Path) -> tupl
         body=lambda p: {"model": "x", "messages": [{"role": "user", "content": p}]},
     )
     systems: list[System] = []
+    for http in args.http:
+        systems.extend(start_for_parser(stack, args, tmp, base_env, upstream, http))
+    return upstream, systems
+
+
+def labelled(name: str, http: str, args: argparse.Namespace) -> str:
+    """A system's name, with its HTTP parser when the run compares several."""
+    return f"{name} [{http}]" if len(args.http) > 1 else name
+
+
+def start_for_parser(
+    stack: ExitStack,
+    args: argparse.Namespace,
+    tmp: Path,
+    base_env: dict[str, str],
+    upstream: System,
+    http: str,
+) -> list[System]:
+    """The bare proxy and every gateway asked for, under the HTTP parser ``http``."""
+    upstream_url = upstream.url
+    systems: list[System] = []
     bare_port = free_port()
     bare_url = f"http://127.0.0.1:{bare_port}"
     bare_env = base_env | {"BENCH_UPSTREAM_URL": upstream_url}
     bare = stack.enter_context(
-        process(uvicorn_cmd("bench.gateway_bench:bare_proxy_app", bare_port), bare_env, bare_url, "/docs")
+        process(
+            uvicorn_cmd("bench.gateway_bench:bare_proxy_app", bare_port, http), bare_env, bare_url, "/docs"
+        )
     )
-    systems.append(System("bare-proxy", bare_url, bare.pid, body=upstream.body))
-    for name, kind, policy, workers in gateway_specs(args):
+    systems.append(
+        System(labelled("bare-proxy", http, args), bare_url, bare.pid, body=upstream.body, http=http)
+    )
+    checkouts: list[tuple[str, str | None]] = [("", None)]
+    if args.before and http == args.before_http:
+        checkouts.append((" before", args.before))
+    for (spec_name, kind, policy, workers), (suffix, cwd) in product(gateway_specs(args), checkouts):
+        name = labelled(spec_name + suffix, http, args)
         env = base_env | {
             "BANDITGATE_ADMIN_KEY": ADMIN_KEY,
             "BANDITGATE_EMBEDDER": args.embedder,
             "BANDITGATE_LOG_LEVEL": "WARNING",
+            "BANDITGATE_HTTP_PARSER": http,
         }
         if kind == "sqlite":
             env |= {"BANDITGATE_DATABASE_URL": f"sqlite+aiosqlite:///{tmp / (uuid.uuid4().hex + '.db')}"}
@@ -446,7 +487,9 @@ def start_systems(stack: ExitStack, args: argparse.Namespace, tmp: Path) -> tupl
                 "BANDITGATE_REDIS_URL": args.redis,
                 "BANDITGATE_EVENT_STREAM": f"bench:events:{db}",
             }
-        subprocess.run([sys.executable, "-m", "app.cli", "migrate"], env=env, check=True, capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "app.cli", "migrate"], env=env, cwd=cwd, check=True, capture_output=True
+        )
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         cmd = [
@@ -464,24 +507,32 @@ def start_systems(stack: ExitStack, args: argparse.Namespace, tmp: Path) -> tupl
         if profiled:
             Path(args.profile).mkdir(parents=True, exist_ok=True)
             cmd = profile_cmd(profile_path(args.profile, name), cmd)
-        proc = stack.enter_context(process(cmd, env, url, "/readyz", profiled))
+        proc = stack.enter_context(process(cmd, env, url, "/readyz", profiled, cwd))
         key = admin_setup(url, upstream_url, policy)
         headers = {"Authorization": f"Bearer {key}"}
-        systems.append(System(name, url, proc.pid, headers=headers))
+        systems.append(System(name, url, proc.pid, headers=headers, http=http))
         if args.feedback:
-            systems.append(feedback_system(f"feedback {kind} {policy} w{workers}", url, proc.pid, headers))
+            feedback = feedback_system(
+                labelled(f"feedback {kind} {policy} w{workers}{suffix}", http, args),
+                url,
+                proc.pid,
+                headers,
+                http,
+            )
+            systems.append(feedback)
         if args.route_only:
             systems.append(
                 System(
-                    f"route-only {kind} {policy} w{workers}",
+                    labelled(f"route-only {kind} {policy} w{workers}{suffix}", http, args),
                     url,
                     proc.pid,
                     "/route",
                     headers,
                     lambda p: {"prompt": p},
+                    http=http,
                 )
             )
-    return upstream, systems
+    return systems
 
 
 def profile_path(folder: str, system: str) -> Path:
@@ -489,8 +540,10 @@ def profile_path(folder: str, system: str) -> Path:
 
 
 def summarise(
-    rounds: list[dict[str, dict[str, float]]], upstream: str, bare: str
+    rounds: list[dict[str, dict[str, float]]], upstream: str, bare_of: dict[str, str]
 ) -> dict[str, dict[str, float]]:
+    """Medians over rounds; each system's ratios against ``bare_of[name]``, the bare proxy under its
+    HTTP parser."""
     names = list(rounds[0])
     out: dict[str, dict[str, float]] = {}
     for name in names:
@@ -500,8 +553,8 @@ def summarise(
             "req_per_s": statistics.median(r[name]["req_per_s"] for r in rounds),
             "cpu_ms_per_req": statistics.median(r[name]["cpu_ms_per_req"] for r in rounds),
         }
-    base = out[bare]
-    for row in out.values():
+    for name, row in out.items():
+        base = out[bare_of.get(name, name)]
         row["overhead_x_bare"] = (
             row["overhead_p50_ms"] / base["overhead_p50_ms"] if base["overhead_p50_ms"] > 0 else float("nan")
         )
@@ -550,7 +603,8 @@ def gateway_main(args: argparse.Namespace) -> int:
                         f"round {r + 1}/{args.rounds} {system.name}: {result[system.name]}", file=sys.stderr
                     )
             rounds.append(result)
-    summary = summarise(rounds, upstream.name, "bare-proxy")
+    bares = {s.http: s.name for s in systems if s.name.startswith("bare-proxy")}
+    summary = summarise(rounds, upstream.name, {s.name: bares[s.http] for s in systems})
     profiles = {}
     if args.profile is not None:
         for name, *_ in gateway_specs(args):
@@ -576,11 +630,11 @@ def gateway_main(args: argparse.Namespace) -> int:
 
 
 def add_subcommand(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
+    parser = documented_parser(
+        subparsers,
         "gateway",
-        help="the gateway's own cost per request against a bare proxy, side by side",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "the gateway's own cost per request against a bare proxy, side by side",
+        __doc__,
     )
     parser.add_argument("--stacks", nargs="+", choices=("sqlite", "postgres"), default=["sqlite", "postgres"])
     parser.add_argument("--workers", nargs="+", type=int, default=[1, 2], help="gateway worker processes")
@@ -594,6 +648,27 @@ def add_subcommand(subparsers: Any) -> None:
         type=float,
         default=300.0,
         help="decisions made per second of --seconds before each feedback run (it stops when they run out)",
+    )
+    parser.add_argument(
+        "--http",
+        nargs="+",
+        choices=("httptools", "h11"),
+        default=["httptools"],
+        help="HTTP parser of the bare proxy and the gateways (BANDITGATE_HTTP_PARSER); several: each one",
+    )
+    parser.add_argument(
+        "--before",
+        default=None,
+        metavar="DIR",
+        help="also run every gateway from the checkout at DIR (an earlier version), labelled 'before', "
+        "in the same rounds",
+    )
+    parser.add_argument(
+        "--before-http",
+        choices=("httptools", "h11"),
+        default="h11",
+        help="the HTTP parser the --before checkout's serve runs (it may not read BANDITGATE_HTTP_PARSER); "
+        "its gateways are compared with the bare proxy on that parser, which --http must name",
     )
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (medians over them)")
     parser.add_argument("--sequential", type=int, default=300, help="sequential requests per round")

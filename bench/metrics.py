@@ -4,7 +4,7 @@ For S seeds of T rounds, with L the harness's lambda (reward units per USD):
 
 - ``mean_reward``, ``mean_cost`` (USD per round, every call counted), ``mean_utility`` = reward - L * cost,
   averaged over rounds and seeds; ``ci95`` = 1.96 * sd / sqrt(S) of the per-seed mean rewards
-  (``utility_ci95``, ``regret_ci95`` likewise);
+  (``cost_ci95``, ``utility_ci95``, ``regret_ci95`` likewise);
 - ``mean_regret`` = oracle's mean utility - this row's, on the same draws (so it can be negative for
   multi-call policies, which the single-model oracle does not bound);
 - ``opr``: share of rounds whose delivered model has the oracle's true mean utility (ties count);
@@ -12,7 +12,9 @@ For S seeds of T rounds, with L the harness's lambda (reward units per USD):
 - ``violation`` (C2MAB-V Eq. 1): V(T) = [ (1/T) sum_t spend_t - rho ]^+ with rho the per-round budget in
   USD; ``reward_per_violation`` (C2MAB-V §5.6): mean reward / ((1/T) sum_tau V(tau)), null when that is 0;
 - ``converged_round`` (policies): the first round t (1-based) from which the running mean reward, averaged
-  over seeds, stays within ``CONVERGENCE_TOLERANCE`` (2%) of its final value for every t' >= t.
+  over seeds, stays within ``CONVERGENCE_TOLERANCE`` (2%) of its final value for every t' >= t;
+- ``incumbent`` (policies): the floor ratio against the incumbent, the share of rounds off it and the cost
+  saved against calling it always, per seed and summarised (``bench.incumbent_check``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.incumbent_check import incumbent_comparison, summarise_incumbent
 from bench.trace import Trace
 
 Z95 = 1.96
@@ -70,6 +73,7 @@ def summarise(traces: Sequence[Trace], oracles: Sequence[Trace], cost_weight: fl
         "mean_reward": float(reward.mean()),
         "ci95": ci95(reward),
         "mean_cost": float(cost.mean()),
+        "cost_ci95": ci95(cost),
         "mean_utility": float(util.mean()),
         "utility_ci95": ci95(util),
         "mean_regret": float(regret.mean()),
@@ -102,7 +106,26 @@ def summarise_policy(
     row["query_calls"] = float(np.mean([t.query_calls for t in traces]))
     row["select_ms_p50"] = float(np.median(select_ns) / 1e6) if select_ns.size else 0.0
     row["converged_round"] = converged_round(traces) if traces else 0
+    compared = [incumbent_figures(t) for t in traces]
+    if traces and all(c is not None for c in compared):
+        row["incumbent"] = summarise_incumbent([c for c in compared if c is not None])
     return row
+
+
+def incumbent_figures(trace: Trace) -> dict[str, Any] | None:
+    """One seed's comparison with the incumbent, when the trace recorded it (policies' traces do)."""
+    if trace.delivered is None or trace.incumbent is None:
+        return None
+    if trace.incumbent_reward is None or trace.incumbent_cost is None:
+        return None
+    return incumbent_comparison(
+        trace.reward,
+        trace.cost,
+        trace.delivered,
+        trace.incumbent,
+        trace.incumbent_reward,
+        trace.incumbent_cost,
+    )
 
 
 def summarise_reference(

@@ -4,22 +4,25 @@ Values parse as JSON numbers or booleans (``1``, ``0.5``, ``1e-3``, ``true``, ``
 kept as a string. The harness's ``--lambda L`` (reward units per USD) reaches a policy as the
 hyperparameter ``cost_weight`` when the policy class declares ``cost_aware = True`` and the spec sets
 neither ``cost_weight`` nor ``lambda``; a spec's own ``lambda=...`` is renamed to ``cost_weight``.
-Likewise the run's length T reaches a policy as ``horizon`` when its class's constructor takes a
-``horizon`` argument (PAK-UCB's bonus weight, C2MAB-V's and CUCB's delta = 1 / T, BALROG's total query
+Likewise the run's length T reaches a policy as ``horizon`` when its hyperparameter model has a
+``horizon`` field (PAK-UCB's bonus weight, C2MAB-V's and CUCB's delta = 1 / T, BALROG's total query
 budget B = beta T) and neither the spec nor a preset sets one; where T is unknown (the gateway) the
 policy keeps its configured ``horizon``.
+
+Every spec is validated as a router's hyperparameters are at creation (``routers.registry``: typed
+values, known keys, an ``always`` model or ``incumbent`` among the run's arms), so a bad spec is a
+``PolicyConfigError`` naming the key before any simulation starts.
 """
 
 from __future__ import annotations
 
-import inspect
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from routers.base import Policy, PolicyConfigError
-from routers.registry import POLICIES, build_policy
+from routers.registry import POLICIES, build_policy, check_router, hyperparameter_model
 
 COST_WEIGHT = "cost_weight"
 HORIZON = "horizon"
@@ -74,12 +77,8 @@ def is_cost_aware(name: str) -> bool:
 
 
 def takes_horizon(name: str) -> bool:
-    """Whether the registered factory's class takes a ``horizon`` hyperparameter."""
-    cls = policy_class(name)
-    try:
-        return cls is not None and HORIZON in inspect.signature(cls).parameters
-    except (TypeError, ValueError):  # no introspectable signature
-        return False
+    """Whether policy ``name`` has a ``horizon`` hyperparameter."""
+    return name in POLICIES and HORIZON in hyperparameter_model(name).model_fields
 
 
 def hyperparameters(
@@ -108,7 +107,15 @@ def build_from_spec(
     return build_policy(spec.name, arms, seed, hyperparameters(spec, cost_weight, horizon))
 
 
-def check_specs(specs: Sequence[PolicySpec], arms: Sequence[str], cost_weight: float | None) -> None:
-    """Build each policy once so that a bad spec fails before any simulation starts."""
+def check_specs(
+    specs: Sequence[PolicySpec],
+    arms: Sequence[str],
+    cost_weight: float | None,
+    models: Sequence[str] | None = None,
+) -> None:
+    """Check and build each policy once so that a bad spec fails before any simulation starts. A
+    hyperparameter naming a model must name one of ``models`` (default: ``arms``): every model of the
+    run, one added in a later round included."""
     for spec in specs:
+        check_router(spec.name, arms if models is None else models, hyperparameters(spec, cost_weight))
         build_from_spec(spec, arms, 0, cost_weight)

@@ -10,6 +10,9 @@ pair. The prompts (``draw_prompts``), by the run's ``draws``:
   own protocols, BALROG's). Every (prompt, model) outcome is fixed, so a repeated prompt shows a
   neighbour-based policy its own answer at distance 0: memory, not routing.
 
+With a warm start (``bench.warm_start``) a seed first sets its warm prompts aside and draws the same way
+from the remaining pool of N' = N - round(F x N) prompts (T <= N' without replacement).
+
 ``repeat_share`` of a seed is the share of its rounds whose prompt *text* was already played earlier in
 that seed: 1 - (distinct texts played) / T. Without replacement it is 0 unless the dataset holds one text
 under several ids (MMLU holds 105 texts twice). Every policy, and the random reference, sees the same prompts and the same reward
@@ -30,6 +33,7 @@ import numpy as np
 
 from bench.arm_schedule import ArmSchedule
 from bench.dataset import Dataset
+from bench.warm_start import WarmSplit, WarmStart, split
 
 Draws = Literal["without-replacement", "with-replacement"]
 WITHOUT_REPLACEMENT: Draws = "without-replacement"
@@ -128,6 +132,7 @@ class SeedDraws:
     best_utility: np.ndarray
     oracle_choice: np.ndarray
     repeat_share: float = 0.0
+    warm: WarmSplit | None = None
 
 
 class ReplayEnv:
@@ -143,10 +148,16 @@ class ReplayEnv:
         output_embeddings: np.ndarray | None = None,
         run_budget: float | None = None,
         draws: Draws = WITHOUT_REPLACEMENT,
+        warm_start: WarmStart | None = None,
     ) -> None:
         self.dataset = dataset
         self.draws = check_draws(draws)
-        resolve_horizon(int(schedule.segment.shape[0]), dataset.n_prompts, self.draws)
+        # with a warm start each seed plays only its online pool (bench.warm_start)
+        self.warm_start = warm_start
+        self.pool_size = (
+            dataset.n_prompts if warm_start is None else warm_start.online_count(dataset.n_prompts)
+        )
+        resolve_horizon(int(schedule.segment.shape[0]), self.pool_size, self.draws)
         self.text_ids = text_ids(dataset.prompts)
         # per-round budget in USD for rows that declare none (references, non-set policies)
         self.run_budget = dataset.budget if run_budget is None else float(run_budget)
@@ -176,7 +187,12 @@ class ReplayEnv:
     def draw(self, seed: int) -> SeedDraws:
         data = self.dataset
         rng = np.random.default_rng(seed)
-        prompts = draw_prompts(rng, data.n_prompts, self.horizon, self.draws)
+        warm = None
+        if self.warm_start is None:
+            prompts = draw_prompts(rng, data.n_prompts, self.horizon, self.draws)
+        else:
+            warm = split(self.warm_start, seed, data.n_prompts, len(self.models))
+            prompts = warm.online[draw_prompts(rng, warm.online.shape[0], self.horizon, self.draws)]
         uniforms = rng.random((self.horizon, len(self.models)))
         counts = data.counts[prompts]
         picks = np.minimum((uniforms * counts).astype(np.int64), counts - 1)
@@ -197,4 +213,5 @@ class ReplayEnv:
             best_utility=best,
             oracle_choice=choice,
             repeat_share=repeat_share(self.text_ids[prompts]),
+            warm=warm,
         )

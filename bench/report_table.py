@@ -20,6 +20,21 @@ COLUMNS = (
 
 
 BUDGET_COLUMNS = ("violation", "reward/viol")
+# bench.incumbent_check: worst seed's min over t >= 100 of cumulative reward / the incumbent's, the share of
+# rounds off the incumbent, the cost saved against calling it always
+INCUMBENT_COLUMNS = ("floor ratio", "off inc", "cost saved")
+
+
+def _incumbent_cells(row: Mapping[str, Any]) -> list[str]:
+    block = row.get("incumbent")
+    if block is None:
+        return ["-", "-", "-"]
+    ratio, saved = block["min_floor_ratio"], block["cost_saved_share"]
+    return [
+        "-" if ratio is None else f"{ratio:.4f}",
+        f"{block['off_incumbent_share']:.3f}",
+        "-" if saved is None else f"{saved:.1%}",
+    ]
 
 
 def _budget_cells(row: Mapping[str, Any]) -> list[str]:
@@ -34,11 +49,11 @@ def _has_budget(report: Mapping[str, Any]) -> bool:
     return any("violation" in row for row in rows)
 
 
-def _cells(label: str, row: Mapping[str, Any], budget: bool = False) -> list[str]:
+def _cells(label: str, row: Mapping[str, Any], budget: bool = False, incumbent: bool = False) -> list[str]:
     def opt(key: str, fmt: str) -> str:
         return fmt.format(row[key]) if key in row else "-"
 
-    return [
+    cells = [
         label,
         f"{row['mean_reward']:.4f} ± {row['ci95']:.4f}",
         f"{row['mean_cost']:.6f}",
@@ -50,18 +65,22 @@ def _cells(label: str, row: Mapping[str, Any], budget: bool = False) -> list[str
         opt("queries", "{:.1f}"),
         opt("select_ms_p50", "{:.3f}"),
     ] + (_budget_cells(row) if budget else [])
+    return cells + (_incumbent_cells(row) if incumbent else [])
 
 
 def format_table(report: Mapping[str, Any]) -> str:
     """A line saying how prompts were drawn (``draws``, ``repeat_share``), then a fixed-width table of
     ``report["reference"]`` then ``report["policies"]`` (plus violation and reward per violation in USD
-    when some row was judged against a budget)."""
+    when some row was judged against a budget, and the comparison with the incumbent when some policy row
+    has one)."""
     budget = _has_budget(report)
-    lines = [list(COLUMNS) + (list(BUDGET_COLUMNS) if budget else [])]
+    incumbent = any("incumbent" in row for row in report["policies"])
+    header = list(COLUMNS) + (list(BUDGET_COLUMNS) if budget else [])
+    lines = [header + (list(INCUMBENT_COLUMNS) if incumbent else [])]
     for key, row in report["reference"].items():
-        lines.append(_cells(f"{key} ({row['name']})", row, budget))
+        lines.append(_cells(f"{key} ({row['name']})", row, budget, incumbent))
     for row in report["policies"]:
-        lines.append(_cells(row["spec"], row, budget))
+        lines.append(_cells(row["spec"], row, budget, incumbent))
     widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
     rendered = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)) for line in lines]
     rendered.insert(1, "  ".join("-" * w for w in widths))

@@ -38,16 +38,18 @@ from bench.report_table import format_table
 from bench.set_oracle import SetProblem, oracle_set_trace, set_problem
 from bench.simulator import run_policy
 from bench.trace import Trace, reference_traces
+from bench.warm_start import WarmStart, fold_warm_start, observations
 from embeddings.prompt_text import DEFAULT_STRATEGY, STRATEGIES, EmbedText
 from routers.base import Policy
 from routers.cascade_baselines import GreedyTillSucceed, RandomTillSucceed
 from routers.combinatorial import SetBandit
 from routers.logistic_ucb import PromptWise
+from routers.paced_cascade import PacedCascade
 from routers.retry import RetryCascade
 
 REFERENCES = ("best_single", "oracle", "random", "knn_ceiling")
 # the policies that call several models per round in a cascade (lowest-cost / highest-cost call one)
-CASCADE_POLICIES = (PromptWise, RandomTillSucceed, GreedyTillSucceed, RetryCascade)
+CASCADE_POLICIES = (PromptWise, RandomTillSucceed, GreedyTillSucceed, RetryCascade, PacedCascade)
 
 
 @dataclass
@@ -86,16 +88,21 @@ def replay(
     output_embeddings: np.ndarray | None = None,
     budget: float | None = None,
     draws: Draws = WITHOUT_REPLACEMENT,
+    warm_start: WarmStart | None = None,
 ) -> ReplayResult:
     """Run every spec on seeds 0..seeds-1 and the references on the same draws; build the report.
 
     ``output_embeddings`` (P, K, d), when given, is sent with each call's Observation (output-aware
     policies such as mixtures). ``budget`` (``--budget``) is the run's rho in normalised cost units (the
     most expensive model's mean cost = 1, C2MAB-V spec 5.4 H1); see ``run_budget`` for the precedence.
-    ``horizon`` None plays every prompt once per seed; ``draws`` see ``bench.replay_env``."""
+    ``horizon`` None plays every prompt once per seed; ``draws`` see ``bench.replay_env``. ``warm_start``
+    (``--warm-start``) folds each seed's warm prompts into every policy before its online run, which plays
+    (and is judged on) the other prompts only; see ``bench.warm_start``."""
     if seeds < 1:
         raise ValueError("seeds must be >= 1")
-    horizon = resolve_horizon(horizon, dataset.n_prompts, draws)
+    if warm_start is not None:
+        warm_start.check(dataset.model_names)
+    horizon = resolve_horizon(horizon, online_pool(dataset, warm_start), draws)
     lo, hi = dataset.reward_range
     threshold = (lo + hi) / 2 if success_threshold is None else float(success_threshold)
     schedule = build_schedule(dataset.model_names, events, horizon)
@@ -103,7 +110,9 @@ def replay(
     scale = normalisation_scale(dataset.cost)
     problems = [set_problem(p, len(schedule.initial), scale) for p in probes if isinstance(p, SetBandit)]
     usd, source = run_budget(budget, scale, dataset.budget, problems)
-    env = ReplayEnv(dataset, embeddings, schedule, cost_weight, threshold, output_embeddings, usd, draws)
+    env = ReplayEnv(
+        dataset, embeddings, schedule, cost_weight, threshold, output_embeddings, usd, draws, warm_start
+    )
     ceiling = knn_ceiling(env)
     set_refs = set_reference_keys(problems)
     extra_refs = list(set_refs)
@@ -136,6 +145,9 @@ def replay(
         for spec in specs:
             bar.set_description(f"{spec.text} seed {seed}")
             policy = build_from_spec(spec, schedule.initial, seed, cost_weight, horizon)
+            if warm_start is not None and seed_draws.warm is not None:
+                logs = observations(dataset, embeddings, warm_start, seed_draws.warm, schedule.initial)
+                fold_warm_start(policy, logs)
             start = time.perf_counter()
             trace = run_policy(policy, env, seed_draws, max_calls=max_calls, progress=bar.update)
             runs[spec.text].append(trace)
@@ -178,9 +190,15 @@ def replay(
         ],
     }
     report["reference"]["knn_ceiling"]["k"] = ceiling.k
+    report["warm_start"] = None if warm_start is None else warm_start.report(dataset.n_prompts)
     if dataset.notes:
         report["notes"] = dataset.notes
     return ReplayResult(report=report, runs=runs, references=refs)
+
+
+def online_pool(dataset: Dataset, warm_start: WarmStart | None) -> int:
+    """How many prompts a seed may play online: N, or N minus the warm prompts."""
+    return dataset.n_prompts if warm_start is None else warm_start.online_count(dataset.n_prompts)
 
 
 def run_budget(
@@ -236,9 +254,13 @@ def run_main(args: argparse.Namespace) -> int:
     if dataset.dropped:
         print(f"dropped {dataset.dropped} rows without a reward for every model", file=sys.stderr)
     specs = [parse_spec(text) for text in args.policy]
+    warm_start = warm_start_of(args)
+    if warm_start is not None:
+        warm_start.check(dataset.model_names)
     # check T, and build every policy once, before the (possibly minutes long) embedding: fail at once
-    horizon = resolve_horizon(args.horizon, dataset.n_prompts, args.draws)
-    check_specs(specs, build_schedule(dataset.model_names, _events(args), horizon).initial, args.lam)
+    horizon = resolve_horizon(args.horizon, online_pool(dataset, warm_start), args.draws)
+    schedule = build_schedule(dataset.model_names, _events(args), horizon)
+    check_specs(specs, schedule.initial, args.lam, models=dataset.model_names)
     embeddings = dataset_embeddings(
         dataset, args.embedder, args.cache_dir, progress=not args.quiet, rule=args.embed_text
     )
@@ -256,11 +278,19 @@ def run_main(args: argparse.Namespace) -> int:
         embedder=args.embedder,
         budget=args.budget,
         draws=args.draws,
+        warm_start=warm_start,
     )
     report = result.report
     if dataset.contexts is None:
         report["embed_text"] = args.embed_text.config()
     print(format_table(report))
+    if warm_start is not None:
+        settings = warm_start.report(dataset.n_prompts)
+        print(
+            f"warm start: {settings['warm_prompts']} prompts folded as offline logs of "
+            f"{warm_start.logged_model or 'every model'} per seed; online rounds drawn from the other "
+            f"{settings['online_pool']}"
+        )
     for note, count in sorted(dataset.token_estimates.items()):
         print(f"note: {count} (prompt, model) token counts estimated: {note}")
     if dataset.notes:
@@ -276,6 +306,15 @@ def run_main(args: argparse.Namespace) -> int:
             Path(args.plots), result.runs, result.references, result.references["oracle"], args.lam, title
         )
     return 0
+
+
+def warm_start_of(args: argparse.Namespace) -> WarmStart | None:
+    """``--warm-start F`` / ``--warm-start-logged-model M`` as a WarmStart (None: a cold start)."""
+    if args.warm_start is None:
+        if args.warm_start_logged_model is not None:
+            raise ValueError("--warm-start-logged-model needs --warm-start F")
+        return None
+    return WarmStart(args.warm_start, args.warm_start_logged_model)
 
 
 def add_replay_arguments(parser: argparse.ArgumentParser, seeds: int) -> None:
@@ -349,5 +388,19 @@ def add_subcommand(subparsers: Any) -> None:
     parser.add_argument("--max-calls", type=int, default=None, help="bound on calls of an adaptive cascade")
     parser.add_argument("--add-model", action="append", default=[], metavar="NAME@ROUND")
     parser.add_argument("--remove-model", action="append", default=[], metavar="NAME@ROUND")
+    parser.add_argument(
+        "--warm-start",
+        type=float,
+        default=None,
+        metavar="F",
+        help="per seed, fold a random fraction F of the prompts as offline logs before the online run, "
+        "which plays only the other prompts (see bench/warm_start.py)",
+    )
+    parser.add_argument(
+        "--warm-start-logged-model",
+        default=None,
+        metavar="M",
+        help="the logs hold only model M's outcomes (default: every model's)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.set_defaults(handler=run_main)

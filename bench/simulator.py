@@ -231,6 +231,8 @@ def run_policy(
     calls = np.empty(horizon, dtype=np.int64)
     success = np.zeros(horizon, dtype=bool)
     declined = np.zeros(horizon, dtype=bool)
+    delivered = np.full(horizon, -1, dtype=np.int64)
+    incumbent = np.empty(horizon, dtype=np.int64)
     select_ns: list[int] = []
     query_rounds = query_calls = 0
     budget: float | None = env.run_budget
@@ -277,8 +279,10 @@ def run_policy(
         calls[t] = len(game.called)
         success[t] = result.success
         declined[t] = result.declined
+        incumbent[t] = env.index[round_incumbent(decision, costs)]
         if result.delivered is not None:
             k = env.index[result.delivered]
+            delivered[t] = k
             optimal[t] = env.utility[p, k] >= draws.best_utility[t] - _tolerance(draws.best_utility[t])
         if game.query_calls:
             query_rounds += 1
@@ -287,6 +291,7 @@ def run_policy(
             progress(progress_every)
     if progress is not None and horizon % progress_every:
         progress(horizon % progress_every)
+    rounds = np.arange(horizon)
     return Trace(
         reward=reward,
         cost=cost,
@@ -300,7 +305,21 @@ def run_policy(
         budget=budget,
         declared_budget=declared_budget,
         success_threshold=threshold,
+        delivered=delivered,
+        incumbent=incumbent,
+        incumbent_reward=draws.rewards[rounds, incumbent],
+        incumbent_cost=draws.costs[rounds, incumbent],
     )
+
+
+def round_incumbent(decision: Decision, costs: Mapping[str, float]) -> str:
+    """The incumbent a round is compared with: the one the decision names (``info["incumbent"]``, the
+    conservative wrapper's), else the highest-priced available model (first among equals), the wrapper's
+    default incumbent."""
+    named = decision.info.get("incumbent") if decision.info else None
+    if isinstance(named, str) and named in costs:
+        return named
+    return max(costs, key=lambda arm: costs[arm])
 
 
 def _tolerance(best: float) -> float:

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.cli import documented_parser
 from bench.dataset import DatasetError
 
 PARTS = ("tune", "report")
@@ -70,11 +71,11 @@ def _main(args: argparse.Namespace) -> int:
 
 
 def add_subcommand(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
+    parser = documented_parser(
+        subparsers,
         "split",
-        help="split a replay dataset into tuning and reporting parts by distinct prompt text",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "split a replay dataset into tuning and reporting parts by distinct prompt text",
+        __doc__,
     )
     parser.add_argument("--dataset", required=True, help="a replay dataset directory")
     parser.add_argument("--out", required=True, help="writes OUT/tune and OUT/report")

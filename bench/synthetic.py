@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.cli import documented_parser
 from bench.dataset import write_dataset
 from bench.embedding_cache import embed_prompts
 
@@ -168,12 +169,7 @@ def synth_main(args: argparse.Namespace) -> int:
 
 
 def add_subcommand(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "synth",
-        help="generate a synthetic replay dataset",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = documented_parser(subparsers, "synth", "generate a synthetic replay dataset", __doc__)
     parser.add_argument("kind", choices=("linear", "balrog"))
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument("--prompts", type=int, default=None, help="prompts (linear 60, balrog 2000)")

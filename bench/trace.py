@@ -29,6 +29,10 @@ class Trace:
     budget: float | None = None
     declared_budget: bool = False
     success_threshold: float | None = None
+    delivered: np.ndarray | None = None
+    incumbent: np.ndarray | None = None
+    incumbent_reward: np.ndarray | None = None
+    incumbent_cost: np.ndarray | None = None
 
 
 def fixed_choice_trace(env: ReplayEnv, draws: SeedDraws, choice: np.ndarray) -> Trace:

@@ -1,8 +1,14 @@
-"""Share of pulls on the worse of two prompt-independent arms (Bernoulli 0.80 vs 0.72) under three caps
-on kNN-UCB's k: k_max 32 (the old default), k_max 256 (the default) and k <= max(32, ceil(sqrt N_g))
-(a cap growing with the arm's history, capped at 256). 16-d random unit prompts, T = 8000 rounds.
+"""Share of pulls on the worse of two prompt-independent arms (Bernoulli 0.80 vs 0.72) under five caps
+on kNN-UCB's k: k_max 32 (the first default), k <= N_g up to 256 (issue 12's first fix), k <=
+max(32, ceil(sqrt N_g)), k <= max(32, ceil(N_g / 4)) and k <= max(32, ceil(N_g / 2)) (the default),
+each at most k_max = 256.
+16-d random unit prompts, T = 8000 rounds. With ``--topic-split``, the same caps on the embed-text
+test's set instead (tests/integration/test_embed_text.py: 200 prompts behind a 1,500-piece shared
+prefix, arm a right on maths, b on history/religion, each prompt played once): mean reward over rounds
+100-199 per seed.
 
-    nice -n 10 python -m experiments.knn_cap --seeds 0,1
+    nice -n 10 python -m experiments.knn_cap --seeds 0,1,2
+    nice -n 10 python -m experiments.knn_cap --seeds 0,1,2,3,4 --topic-split
 """
 
 from __future__ import annotations
@@ -15,17 +21,27 @@ import numpy as np
 
 from routers.base import Context, Observation
 from routers.knn_ucb import KnnUCB
-from routers.neighbors import KChoice, adaptive_k
 
 
 class SqrtCapKnnUCB(KnnUCB):
     """k <= min(N_g, k_max, max(32, ceil(sqrt N_g)))."""
 
-    def choose_k(self, arm: str, x: np.ndarray, t: int, scales: tuple[float, float] | None = None) -> KChoice:
-        store = self._stores[arm]
-        stat, geo = self.coefficients(len(store), t, scales)
-        cap = min(self.k_max, max(32, math.ceil(math.sqrt(len(store)))))
-        return adaptive_k(store, x, stat, geo, cap, self.k_init)
+    def k_cap(self, n: int) -> int:
+        return min(self.k_max, max(32, math.ceil(math.sqrt(n))))
+
+
+class QuarterCapKnnUCB(KnnUCB):
+    """k <= min(N_g, k_max, max(32, ceil(N_g / 4)))."""
+
+    def k_cap(self, n: int) -> int:
+        return min(self.k_max, max(32, math.ceil(n / 4)))
+
+
+class HistoryCapKnnUCB(KnnUCB):
+    """k <= min(N_g, k_max): eq. 5's range under the work cap."""
+
+    def k_cap(self, n: int) -> int:
+        return self.k_max
 
 
 def share_of_worse(policy: KnnUCB, seed: int, rounds: int) -> tuple[float, int]:
@@ -44,17 +60,52 @@ def share_of_worse(policy: KnnUCB, seed: int, rounds: int) -> tuple[float, int]:
     return worse / rounds, k
 
 
+def topic_split_reward(policy: KnnUCB, seed: int, vectors: np.ndarray, topics: np.ndarray) -> float:
+    """The embed-text test's loop: mean reward over rounds 100-199 of one seed."""
+    arms = ["a", "b"]
+    rewards = []
+    for t, i in enumerate(np.random.default_rng(seed).permutation(len(topics))):
+        decision = policy.select(Context(embedding=vectors[i], rng=np.random.default_rng([seed, t])))
+        reward = float(decision.arms[0] == arms[topics[i]])
+        policy.update(Observation(embedding=vectors[i], arm=decision.arms[0], reward=reward))
+        rewards.append(reward)
+    return float(np.mean(rewards[100:]))
+
+
+def topic_split_set() -> tuple[np.ndarray, np.ndarray]:
+    """The 200 vectors and topics of tests/integration/test_embed_text.py (real MiniLM)."""
+    from embeddings.prompt_text import EmbedText
+    from tests.integration.test_embed_text import HUMANITIES, MATH, embed, few_shot_prefix
+    from tests.mmlu_prompts import mmlu_questions
+
+    prefix = few_shot_prefix("high_school_biology", "biology")
+    questions = mmlu_questions(MATH, 100) + mmlu_questions(HUMANITIES, 100)
+    return embed([prefix + q for q in questions], EmbedText()), np.array([0] * 100 + [1] * 100)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="0,1")
     parser.add_argument("--rounds", type=int, default=8000)
+    parser.add_argument("--topic-split", action="store_true", help="the embed-text test's set instead")
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
+    arms = ["a", "b"] if args.topic_split else ["good", "bad"]
     variants = {
-        "k_max 32": lambda s: KnnUCB(["good", "bad"], seed=s, k_max=32),
-        "k_max 256": lambda s: KnnUCB(["good", "bad"], seed=s, k_max=256),
-        "max(32, ceil(sqrt N)), <= 256": lambda s: SqrtCapKnnUCB(["good", "bad"], seed=s, k_max=256),
+        "k_max 32": lambda s: KnnUCB(arms, seed=s, k_max=32),
+        "k <= N_g, <= 256": lambda s: HistoryCapKnnUCB(arms, seed=s, k_max=256),
+        "max(32, ceil(sqrt N_g)), <= 256": lambda s: SqrtCapKnnUCB(arms, seed=s, k_max=256),
+        "max(32, ceil(N_g / 4)), <= 256": lambda s: QuarterCapKnnUCB(arms, seed=s),
+        "max(32, ceil(N_g / 2)), <= 256 (default)": lambda s: KnnUCB(arms, seed=s),
     }
+    if args.topic_split:
+        vectors, topics = topic_split_set()
+        print("| cap on k | mean reward, rounds 100-199, per seed | min |")
+        print("|---|---|---|")
+        for name, make in variants.items():
+            got = [topic_split_reward(make(s), s, vectors, topics) for s in seeds]
+            print(f"| {name} | {', '.join(f'{v:.2f}' for v in got)} | {min(got):.2f} |", flush=True)
+        return
     print("| cap on k | share on the worse arm per seed | mean | good arm's k at the end |")
     print("|---|---|---|---|")
     for name, make in variants.items():
