@@ -64,7 +64,7 @@ class LruEmbeddingCache:
 
 
 class RedisEmbeddingCache:
-    """float32 bytes under ``bg:emb:<embedder>:<sha256>``; a Redis outage degrades to no cache."""
+    """float32 bytes under ``bg:emb:<embedder>:<dim>:<sha256>``; a Redis outage degrades to no cache."""
 
     def __init__(self, redis: Redis, ttl_s: int) -> None:
         self.redis: Any = redis
@@ -176,11 +176,13 @@ class EmbeddingService:
 
     async def embed(self, text: str) -> tuple[np.ndarray, str]:
         """The text's unit embedding (the text as it is) and its sha256 hex digest; cached by the
-        digest of exactly this text."""
+        embedder's name and dimension and the digest of exactly this text (one embedder name, such as
+        ``hashing``, serves several dimensions, and deployments may share one Redis). A cached vector
+        of another shape is a miss."""
         digest = prompt_hash(text)
-        key = f"{self.embedder.name}:{digest}"
+        key = f"{self.embedder.name}:{self.dim}:{digest}"
         cached = await self.cache.get(key)
-        if cached is not None:
+        if cached is not None and cached.shape == (self.dim,):
             return cached, digest
         vector = await self._embed_uncached(text)
         await self.cache.put(key, vector)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import redis.asyncio as aioredis
 
-from app.embedding import LruEmbeddingCache, prompt_hash
+from app.embedding import EmbeddingService, LruEmbeddingCache, RedisEmbeddingCache, prompt_hash
 from app.main import create_app
+from embeddings.hashing import HashingEmbedder
 from tests.conftest import REDIS_URL, Stack, bearer, make_tenancy, running
 
 
@@ -21,8 +22,9 @@ async def test_redis_cache_holds_the_prompt_embedding(pg_stack: Stack) -> None:
         expected = ctx.embeddings.embedder.embed([prompt])[0]
     r = aioredis.Redis.from_url(REDIS_URL)
     try:
-        raw = await r.get(f"bg:emb:hashing:{prompt_hash(prompt)}")
-        ttl = await r.ttl(f"bg:emb:hashing:{prompt_hash(prompt)}")
+        key = f"bg:emb:hashing:{ctx.embeddings.dim}:{prompt_hash(prompt)}"
+        raw = await r.get(key)
+        ttl = await r.ttl(key)
     finally:
         await r.aclose()
     assert raw is not None and 0 < ttl <= 7 * 24 * 3600
@@ -38,3 +40,24 @@ async def test_lru_cache_evicts_least_recently_used() -> None:
     assert (
         await cache.get("b") is None and await cache.get("a") is not None and await cache.get("c") is not None
     )
+
+
+async def test_embedders_of_one_name_and_two_dimensions_share_redis_without_mixing() -> None:
+    """``hashing:64`` and ``hashing:32`` have one embedder name: a vector cached by one is never served to
+    the other (that was a 500 on every ``/route`` of a 64-d router after a 384-d run cached the prompt),
+    and a cached vector of the wrong shape, from an older key layout, is a miss."""
+    prompt = "one prompt, two embedders " + np.random.default_rng().bytes(4).hex()
+    r = aioredis.Redis.from_url(REDIS_URL)
+    try:
+        cache = RedisEmbeddingCache(r, ttl_s=60)
+        wide = EmbeddingService(HashingEmbedder(dim=64), cache)
+        narrow = EmbeddingService(HashingEmbedder(dim=32), cache)
+        assert (await wide.embed(prompt))[0].shape == (64,)
+        assert (await narrow.embed(prompt))[0].shape == (32,)
+        assert (await wide.embed(prompt))[0].shape == (64,)
+        stale = np.ones(7, dtype=np.float32)
+        await cache.put(f"hashing:32:{prompt_hash(prompt + '!')}", stale)
+        vector, _ = await narrow.embed(prompt + "!")
+        assert vector.shape == (32,) and np.array_equal(vector, narrow.embedder.embed([prompt + "!"])[0])
+    finally:
+        await r.aclose()
