@@ -38,6 +38,11 @@ if TYPE_CHECKING:
     from routers.hyperparameters import Hyperparameters
 
 ObservationKind = Literal["bandit", "query", "cascade-step", "offline"]
+# How a policy uses the caller's select-time counts (``Context.decisions_before``, ``query_rounds_before``):
+# ``none``: not at all; ``read``: as a round index only (kNN-UCB's log t), so a count that misses the
+# decisions still in flight is good enough; ``exact``: as a budget that concurrent decisions must not
+# overspend (BALROG's queries), so each decision counts itself, under the counter's lock, before select.
+CounterUse = Literal["none", "read", "exact"]
 DecisionMode = Literal["single", "cascade", "set", "mixture"]
 OBSERVATION_KINDS: tuple[str, ...] = get_args(ObservationKind)
 H = TypeVar("H", bound="Hyperparameters")
@@ -61,7 +66,8 @@ class Context:
     caller's log holds for this router since its state was last reset or imported, this one not counted
     (the gateway's ``router_counters``). A policy that counts its own selects (kNN-UCB's round t, BALROG's
     query budget) takes its counts from them when given, so they survive restarts and replicas agree;
-    None (the simulator) means the policy counts its own selects.
+    None (the simulator) means the policy counts its own selects. The policy's ``counter_use`` tells the
+    caller how exact they must be (``CounterUse``).
 
     ``decision_key`` names the decision this select belongs to: the same key for every select of one
     decision (an adaptive cascade's later steps included) and in every observation about it; unique per
@@ -149,6 +155,13 @@ class Policy(Protocol):
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> Policy: ...
+
+
+def counter_use(policy: Policy) -> CounterUse:
+    """The policy's ``counter_use`` (``CounterUse``); ``exact``, the safe reading, for a policy that does
+    not declare one."""
+    use = getattr(policy, "counter_use", "exact")
+    return "none" if use == "none" else "read" if use == "read" else "exact"
 
 
 def candidate_arms(known: Sequence[str], context: Context, allow_repeat: bool = False) -> list[str]:
@@ -259,6 +272,7 @@ class PolicyBase:
     """
 
     name: ClassVar[str] = "base"
+    counter_use: ClassVar[CounterUse] = "none"  # reads no select-time counts (see ``CounterUse``)
     hyperparameters: ClassVar[type[Hyperparameters]]
     params: Hyperparameters  # the validated hyperparameters (``_configure``)
     dim: int | None = None  # the context dimension, for policies that need it (see _ensure_dim)

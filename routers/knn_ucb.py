@@ -99,6 +99,7 @@ from pydantic import Field, model_validator
 
 from routers.base import (
     Context,
+    CounterUse,
     Decision,
     Observation,
     PolicyBase,
@@ -226,6 +227,7 @@ class KnnUCB(PolicyBase):
     formulas and every hyperparameter."""
 
     name: ClassVar[str] = "knn-ucb"
+    counter_use: ClassVar[CounterUse] = "read"  # decisions_before is the round t of log t (eq. 5)
 
     hyperparameters: ClassVar[type[Hyperparameters]] = KnnUCBHyperparameters
 
@@ -515,6 +517,9 @@ class Balrog(KnnUCB):
     """
 
     name: ClassVar[str] = "balrog"
+    counter_use: ClassVar[CounterUse] = (
+        "exact"  # the query budget: concurrent decisions must not overspend it
+    )
 
     hyperparameters: ClassVar[type[Hyperparameters]] = BalrogHyperparameters
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Self
 
-from routers.base import Observation, Policy, PolicyConfigError
+from routers.base import CounterUse, Observation, Policy, PolicyConfigError, counter_use
 
 
 class PolicyWrapper:
@@ -42,6 +42,11 @@ class PolicyWrapper:
     @property
     def arms(self) -> list[str]:
         return self.inner.arms
+
+    @property
+    def counter_use(self) -> CounterUse:
+        """The inner policy's: a wrapper reads no counts of its own."""
+        return counter_use(self.inner)
 
     def add_arm(self, arm: str) -> None:
         self.inner.add_arm(arm)

@@ -13,7 +13,7 @@ from app import metrics
 from app.backends import AttemptRecord, Target
 from app.context import AppContext
 from app.routing.answers import IMAGE_PATH, answer_chars
-from app.routing.decide import PendingDecision
+from app.routing.decide import PendingDecision, insert_decision
 from app.routing.feedback import Outcome, store_feedback
 from app.schemas import RouteRequest
 from app.store.models import Attempt, DecisionRow, Tenant
@@ -30,7 +30,7 @@ async def save_attempts(
 ) -> None:
     """Write the attempts (and the decision first when it is still ``pending``) and commit."""
     if pending is not None:
-        await session.execute(insert(DecisionRow).values(**pending.values))
+        await insert_decision(session, pending)
     await add_attempts(session, decision_id, attempts)
     await session.commit()
 
@@ -83,7 +83,7 @@ async def settle(
     router = await ctx.catalog.router_by_id(router_id) if router_id is not None and feedback else None
     if pending is not None:
         values = {**pending.values, "info": {**pending.values["info"], "answered_by": target.name}}
-        await session.execute(insert(DecisionRow).values(**values))
+        await insert_decision(session, pending, values)
         row = DecisionRow(**values)
     elif stored is not None:
         row = stored

@@ -21,7 +21,7 @@ from app.routing.errors import Invalid, NotFound, TooLarge
 from app.schemas import RouteRequest, RouteResponse
 from app.store.models import DecisionRow, Router, RouterCounter, Tenant, utcnow
 from embeddings.prompt_text import EmbedText
-from routers.base import Context
+from routers.base import Context, counter_use
 from routers.base import decision_rng as keyed_rng
 from routers.replay_format import call_cost, decision_key, estimated_tokens
 
@@ -131,14 +131,29 @@ async def decide_direct(
 @dataclass(frozen=True)
 class PendingDecision:
     """A decision made but not yet written: its row's values (``DecisionRow`` attribute names). A
-    forwarded request writes it with its attempts and cost, in one transaction (app/routing/costs.py)."""
+    forwarded request writes it with its attempts and cost, in one transaction (app/routing/costs.py).
+    ``counted``: its router's counter already counts it (a policy whose counter use is ``exact``);
+    otherwise ``insert_decision`` counts it in the transaction that writes it."""
 
     values: dict[str, Any]
     router_name: str
+    counted: bool = True
+    queried: bool = False
 
     def row(self) -> DecisionRow:
         """The row as an unsaved ORM object (for the code that reads a decision's fields)."""
         return DecisionRow(**self.values)
+
+
+async def insert_decision(
+    session: AsyncSession, pending: PendingDecision, values: dict[str, Any] | None = None
+) -> None:
+    """The decision's INSERT (Core, ``values`` when given, else the pending ones) and, when its counter
+    does not count it yet, the counter's increment, last (on Postgres the counter's row lock is held
+    from that statement to the commit); not committed."""
+    await session.execute(insert(DecisionRow).values(**(values or pending.values)))
+    if not pending.counted and pending.values["router_id"] is not None:
+        await count_written(session, pending.values["router_id"], pending.queried)
 
 
 async def decide(
@@ -151,8 +166,8 @@ async def decide(
 
 
 async def log_decision(session: AsyncSession, tenant: Tenant, pending: PendingDecision) -> None:
-    """Write a decision (one Core INSERT) and commit, with whatever the session holds (its counter)."""
-    await session.execute(insert(DecisionRow).values(**pending.values))
+    """Write a decision (``insert_decision``) and commit, with whatever the session holds (its counter)."""
+    await insert_decision(session, pending)
     await session.commit()
     metrics.count_decision(tenant.name, pending.router_name)
 
@@ -160,8 +175,11 @@ async def log_decision(session: AsyncSession, tenant: Tenant, pending: PendingDe
 async def choose(
     ctx: AppContext, session: AsyncSession, tenant: Tenant, request: RouteRequest
 ) -> tuple[RouteResponse, Router, PendingDecision]:
-    """The decision, not yet written; the router's counter is counted in the session's transaction,
-    which the caller commits (with the decision, ``log_decision``, or alone before forwarding)."""
+    """The decision, not yet written. The router's counter, by the policy's counter use
+    (``routers.base.CounterUse``): ``exact``, counted now in the session's transaction, which the caller
+    commits (with the decision, ``log_decision``, or alone before forwarding); ``read``, read now without
+    a lock and counted when the decision is written; ``none``, not read, counted when written. So a
+    forwarded request through a policy that needs no exact count commits once, after its call."""
     router = await resolve_router(ctx, tenant, request.router)
     text = prompt_text(ctx, request)
     arms = list(router.arms)
@@ -178,7 +196,13 @@ async def choose(
     digest = prompt_hash(text)
     costs = await expected_costs(ctx, arms, len(text))
     runtime = await ctx.states.get(router)
-    decisions_before, query_rounds_before = await count_decision(session, router.id)
+    use = counter_use(runtime.policy)
+    decisions_before: int | None = None
+    query_rounds_before: int | None = None
+    if use == "exact":
+        decisions_before, query_rounds_before = await count_decision(session, router.id)
+    elif use == "read":
+        decisions_before, query_rounds_before = await read_counts(session, router.id)
     decision_id = uuid.uuid4().hex
     context = Context(
         embedding=embedding,
@@ -190,7 +214,7 @@ async def choose(
         decision_key=decision_id,
     )
     decision = runtime.policy.select(context)
-    if decision.query:
+    if decision.query and use == "exact":
         await session.execute(
             update(RouterCounter)
             .where(RouterCounter.router_id == router.id)
@@ -230,7 +254,11 @@ async def choose(
         query=list(decision.query),
         info=info,
     )
-    return response, router, PendingDecision(values, router.name)
+    return (
+        response,
+        router,
+        PendingDecision(values, router.name, counted=use == "exact", queried=bool(decision.query)),
+    )
 
 
 def upsert_for(session: AsyncSession):  # type: ignore[no-untyped-def]
@@ -251,3 +279,32 @@ async def count_decision(session: AsyncSession, router_id: int) -> tuple[int, in
     )
     decisions, query_rounds = (await session.execute(statement)).one()
     return int(decisions) - 1, int(query_rounds)
+
+
+async def read_counts(session: AsyncSession, router_id: int) -> tuple[int, int]:
+    """The router's (decisions, query rounds) as committed, without a lock: decisions still in flight
+    are not in it (a ``read`` policy's round index may repeat under concurrency)."""
+    row = (
+        await session.execute(
+            select(RouterCounter.decisions, RouterCounter.query_rounds).where(
+                RouterCounter.router_id == router_id
+            )
+        )
+    ).one_or_none()
+    return (0, 0) if row is None else (int(row[0]), int(row[1]))
+
+
+async def count_written(session: AsyncSession, router_id: int, queried: bool) -> None:
+    """Count one written decision of the router (and a query round when it queried); not committed."""
+    query_rounds = 1 if queried else 0
+    await session.execute(
+        upsert_for(session)(RouterCounter)
+        .values(router_id=router_id, decisions=1, query_rounds=query_rounds)
+        .on_conflict_do_update(
+            index_elements=["router_id"],
+            set_={
+                "decisions": RouterCounter.decisions + 1,
+                "query_rounds": RouterCounter.query_rounds + query_rounds,
+            },
+        )
+    )

@@ -1,9 +1,10 @@
 """Forwarding, the story in one function: decide (unless given), call with fallback, settle; an
 ensemble or a judged cascade when the decision or its router asks for one.
 
-A decision made here is written by ``settle``, with its attempts and cost event, in one transaction
-after the call (its router's counter is committed alone before the call, so no lock is held during
-it); it is durable before the answer, like every decision. One that declines or names a set is written
+A decision made here is written by ``settle``, with its attempts, cost event and its router's counter,
+in one transaction after the call; it is durable before the answer, like every decision. Only a policy
+that spends a budget on the counter (``counter_use == "exact"``, BALROG) has it counted and committed
+alone before the call, so no lock is held during it. One that declines or names a set is written
 before anything else, as ``/route`` writes it."""
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ async def forward_json(
         if route.model is None or route.mode == "set":  # answered before any settle: written now
             await log_decision(session, tenant, pending)
             pending = None
-        else:  # the counter alone: no lock held during the call; the decision is written by settle
+        else:  # an exact policy's counter alone, or the read of it: nothing held during the call
             await session.commit()
     attempts: list[AttemptRecord] = []
     if route.mode == "set" and len(route.models) > 1:

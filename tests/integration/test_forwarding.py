@@ -11,11 +11,11 @@ import httpx2
 import openai
 import pytest
 from fastapi import FastAPI
-from sqlalchemy import select
+from sqlalchemy import event, select
 
 from app.backend_keys import decrypt_key, fernet_for
 from app.main import create_app
-from app.store.models import Attempt, Backend, FeedbackEvent
+from app.store.models import Attempt, Backend, DecisionRow, FeedbackEvent, RouterCounter
 from routers.base import Context, Decision, candidate_arms
 from routers.linear import LinUCB
 from routers.registry import POLICIES
@@ -603,3 +603,69 @@ async def test_seeded_requests_get_the_same_decisions(sqlite_stack: Stack, fake:
         assert routed.json()["model"] == first[3]
         bad = await client.post("/route", json={"prompt": PROMPT, "seed": -1}, headers=bearer(key))
         assert bad.status_code == 422 and "seed" in bad.text
+
+
+class WriteCommits:
+    """Counts, on an engine, the commits of transactions that wrote something (an INSERT, UPDATE or
+    DELETE): what a request costs in WAL flushes on Postgres and write-lock turns on SQLite."""
+
+    def __init__(self, app: FastAPI) -> None:
+        self.engine = app.state.ctx.engine.sync_engine
+        self.count = 0
+
+    def _statement(self, conn, cursor, statement, parameters, context, executemany) -> None:  # type: ignore[no-untyped-def]
+        if statement.lstrip().split(None, 1)[0].upper() in {"INSERT", "UPDATE", "DELETE"}:
+            conn.info["wrote"] = True
+
+    def _commit(self, conn) -> None:  # type: ignore[no-untyped-def]
+        if conn.info.pop("wrote", False):
+            self.count += 1
+
+    def _rollback(self, conn) -> None:  # type: ignore[no-untyped-def]
+        conn.info.pop("wrote", None)
+
+    def __enter__(self) -> WriteCommits:
+        event.listen(self.engine, "before_cursor_execute", self._statement)
+        event.listen(self.engine, "commit", self._commit)
+        event.listen(self.engine, "rollback", self._rollback)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        event.remove(self.engine, "before_cursor_execute", self._statement)
+        event.remove(self.engine, "commit", self._commit)
+        event.remove(self.engine, "rollback", self._rollback)
+
+
+@pytest.mark.parametrize(
+    ("policy", "hyperparameters", "commits"),
+    [("linucb", {"alpha": 0.0}, 1), ("knn-ucb", {}, 1), ("balrog", {"trigger": "none"}, 2)],
+)
+async def test_a_forwarded_decision_commits_once_unless_its_policy_spends_a_budget(
+    stack: Stack, fake: FakeBackends, policy: str, hyperparameters: dict[str, object], commits: int
+) -> None:
+    """The decision, its attempts, its cost event and its router's counter are one write transaction
+    after the call; only a policy whose counter is a budget (BALROG's queries: ``counter_use`` ``exact``)
+    also counts itself, committed alone, before the call. Every decision is counted either way, and
+    kNN-UCB's round t still follows the written decisions."""
+    app = gateway_app(stack)
+    async with running(app) as client:
+        backend = await add_backend(client, fake, "plain")
+        key = await add_tenant(client, [backend], policy=policy, hyperparameters=hyperparameters)
+        body = {"model": "router", "messages": [{"role": "user", "content": PROMPT}]}
+        ids = []
+        for _ in range(3):
+            with WriteCommits(app) as writes:
+                answer = await client.post("/v1/chat/completions", json=body, headers=bearer(key))
+            assert answer.status_code == 200, answer.text
+            assert writes.count == commits
+            ids.append(answer.headers["x-banditgate-decision-id"])
+        async with app.state.ctx.sessionmaker() as session:
+            decisions = {
+                d.id: d for d in await session.scalars(select(DecisionRow).where(DecisionRow.id.in_(ids)))
+            }
+            counted = await session.scalar(
+                select(RouterCounter.decisions).where(RouterCounter.router_id == decisions[ids[0]].router_id)
+            )
+        assert counted == 3
+        if policy != "linucb":
+            assert [decisions[i].info["t"] for i in ids] == [1, 2, 3]
