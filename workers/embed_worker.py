@@ -70,6 +70,7 @@ class EmbedWorker:
         self.stale_after_s = stale_after_s
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}"
         self.stats = BatchStats()
+        self._stopping = False
 
     async def ensure_group(self) -> None:
         """Create the consumer group from the stream's start: requests sent before any worker existed are
@@ -147,7 +148,7 @@ class EmbedWorker:
             self.batch_wait_ms,
         )
         backoff = 0.1
-        while True:
+        while not self._stopping:
             try:
                 batch = await self.next_batch()
                 if batch:
@@ -161,6 +162,11 @@ class EmbedWorker:
                 backoff = min(backoff * 2, 2.0)
                 with contextlib.suppress(RedisError, OSError):
                     await self.ensure_group()  # Redis may have restarted empty
+
+    def stop(self) -> None:
+        """Return from ``run`` after the batch in hand (a read blocks for at most a second): a clean stop
+        that does not rely on cancelling a blocked Redis read."""
+        self._stopping = True
 
 
 def resolve_device(device: str) -> str:

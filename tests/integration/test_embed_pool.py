@@ -29,9 +29,11 @@ async def worker_running(stream: str, batch_max: int = 16, wait_ms: float = 20) 
     try:
         yield worker
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        # A stop flag, then a bounded wait: a CI run once hung here for the whole test timeout, in the
+        # event loop with nothing left to run, after cancelling the worker inside a blocked read.
+        worker.stop()
+        with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+            await asyncio.wait_for(task, timeout=5)
         await redis.delete(stream)
         await redis.aclose()
 
