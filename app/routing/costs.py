@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import metrics
@@ -17,6 +16,7 @@ from app.routing.decide import PendingDecision, insert_decision
 from app.routing.feedback import Outcome, store_feedback
 from app.schemas import RouteRequest
 from app.store.models import Attempt, DecisionRow, Tenant
+from app.store.statements import insert_rows
 from routers.replay_format import whole_tokens
 
 log = logging.getLogger(__name__)
@@ -37,8 +37,7 @@ async def save_attempts(
 
 async def add_attempts(session: AsyncSession, decision_id: str, attempts: list[AttemptRecord]) -> None:
     """The attempts' INSERT (Core, one statement), not committed."""
-    if attempts:
-        await session.execute(insert(Attempt), [{"decision_id": decision_id, **a.row()} for a in attempts])
+    await insert_rows(session, Attempt, [{"decision_id": decision_id, **a.row()} for a in attempts])
 
 
 def usage_tokens(usage: Any, prompt_chars: int, answer_chars: int) -> tuple[int, int]:

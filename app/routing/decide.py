@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from sqlalchemy import insert, select, update
+from sqlalchemy import select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -20,6 +20,7 @@ from app.jsonable import jsonable
 from app.routing.errors import Invalid, NotFound, TooLarge
 from app.schemas import RouteRequest, RouteResponse
 from app.store.models import DecisionRow, Router, RouterCounter, Tenant, utcnow
+from app.store.statements import count_written, insert_rows
 from embeddings.prompt_text import EmbedText
 from routers.base import Context, counter_use
 from routers.base import decision_rng as keyed_rng
@@ -151,7 +152,7 @@ async def insert_decision(
     """The decision's INSERT (Core, ``values`` when given, else the pending ones) and, when its counter
     does not count it yet, the counter's increment, last (on Postgres the counter's row lock is held
     from that statement to the commit); not committed."""
-    await session.execute(insert(DecisionRow).values(**(values or pending.values)))
+    await insert_rows(session, DecisionRow, [values or pending.values])
     if not pending.counted and pending.values["router_id"] is not None:
         await count_written(session, pending.values["router_id"], pending.queried)
 
@@ -292,19 +293,3 @@ async def read_counts(session: AsyncSession, router_id: int) -> tuple[int, int]:
         )
     ).one_or_none()
     return (0, 0) if row is None else (int(row[0]), int(row[1]))
-
-
-async def count_written(session: AsyncSession, router_id: int, queried: bool) -> None:
-    """Count one written decision of the router (and a query round when it queried); not committed."""
-    query_rounds = 1 if queried else 0
-    await session.execute(
-        upsert_for(session)(RouterCounter)
-        .values(router_id=router_id, decisions=1, query_rounds=query_rounds)
-        .on_conflict_do_update(
-            index_elements=["router_id"],
-            set_={
-                "decisions": RouterCounter.decisions + 1,
-                "query_rounds": RouterCounter.query_rounds + query_rounds,
-            },
-        )
-    )

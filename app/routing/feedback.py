@@ -15,21 +15,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app import metrics
 from app.context import AppContext
 from app.events import FeedbackMessage
-from app.routing.decide import DIRECT_LABEL, upsert_for
+from app.routing.decide import DIRECT_LABEL
 from app.routing.errors import Invalid, NotFound, TooLarge
 from app.schemas import FeedbackAccepted
 from app.store.models import DecisionRow, FeedbackEvent, Router, Tenant
+from app.store.statements import insert_feedback
 
 log = logging.getLogger(__name__)
-
-
-def _insert_ignoring_duplicate(session: AsyncSession, values: dict[str, object]):  # type: ignore[no-untyped-def]
-    return (
-        upsert_for(session)(FeedbackEvent)
-        .values(**values)
-        .on_conflict_do_nothing(index_elements=["decision_id", "model", "kind"])
-        .returning(FeedbackEvent.id)
-    )
 
 
 @dataclass(frozen=True)
@@ -139,7 +131,7 @@ async def store_feedback(
             "cost": item.cost,
             "payload": payload,
         }
-        event_id = await session.scalar(_insert_ignoring_duplicate(session, values))
+        event_id = await insert_feedback(session, values)
         duplicate = event_id is None
         if duplicate:
             event_id = await session.scalar(
