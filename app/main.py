@@ -140,10 +140,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         summary="A model-routing gateway that learns online which backend to call for each prompt.",
         lifespan=lifespan,
     )
+    # Starlette tries the routes in order, so the request path's come first: a forwarded request was
+    # matched against about ten admin routers before reaching /v1 (issue 13's profile).
     for module in (
-        health,
+        openai,
         route,
         feedback,
+        health,
         admin_tenants,
         admin_backends,
         admin_routers,
@@ -151,7 +154,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         admin_policies,
     ):
         app.include_router(module.router)
-    app.include_router(openai.router)
     if settings.replay_dataset:
         from app.replay_backends import load_dataset, replay_app
 
