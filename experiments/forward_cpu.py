@@ -1,0 +1,103 @@
+"""CPU of one forwarded request inside the gateway, in process: ``python -m experiments.forward_cpu``.
+
+The app runs in this process on a fresh SQLite database (or ``--database-url``), driven through
+httpx's ASGI transport (no sockets, no HTTP parser), and its backend client answers from an
+``httpx.MockTransport`` with a fixed completion (no upstream). So the process CPU per request of
+``--requests`` sequential ``POST /v1/chat/completions`` is the gateway's own work (routing, the
+database writes, the JSON) plus the in-process client's, with none of the noise of other processes
+sharing the two cores. Medians over ``--runs`` runs; compare versions by running it in each checkout
+one after the other. The server-level figures stay with ``banditgate bench gateway``.
+
+experiments/ is not packaged and may import app/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+from typing import Any
+
+import httpx
+
+from app.main import create_app
+from app.settings import Settings
+from app.store.migrate import upgrade
+
+ADMIN = "experiment-admin-key-0123456789abcdef"
+COMPLETION = {
+    "id": "c",
+    "object": "chat.completion",
+    "created": 1,
+    "model": "m",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "Paris."}, "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 12, "completion_tokens": 2, "total_tokens": 14},
+}
+BODY = {
+    "model": "router",
+    "messages": [{"role": "user", "content": "What is the capital of France? Be brief."}],
+}
+
+
+def upstream(_: httpx.Request) -> httpx.Response:
+    return httpx.Response(200, json=COMPLETION)
+
+
+async def one_run(database_url: str, policy: str, embedder: str, requests: int) -> float:
+    """Process CPU milliseconds per forwarded request, after a 50-request warm-up."""
+    settings = Settings(database_url=database_url, admin_key=ADMIN, embedder=embedder)
+    await asyncio.to_thread(upgrade, database_url)
+    app = create_app(settings)
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    async with app.router.lifespan_context(app):
+        app.state.ctx.backends.http = httpx.AsyncClient(transport=httpx.MockTransport(upstream))
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:
+            tenant = f"t{time.monotonic_ns()}"
+            backend = {"name": f"up-{tenant}", "base_url": "http://upstream/v1", "usd_per_mtok_in": 1.0}
+            await client.post("/admin/backends", json=backend, headers=admin)
+            await client.post("/admin/tenants", json={"name": tenant}, headers=admin)
+            key = (await client.post(f"/admin/tenants/{tenant}/keys", json={}, headers=admin)).json()["key"]
+            hyperparameters: dict[str, Any] = {"model": backend["name"]} if policy == "always" else {}
+            router = {
+                "name": "main",
+                "policy": policy,
+                "hyperparameters": hyperparameters,
+                "arms": [backend["name"]],
+                "is_default": True,
+            }
+            created = await client.post(f"/admin/tenants/{tenant}/routers", json=router, headers=admin)
+            created.raise_for_status()
+            headers = {"Authorization": f"Bearer {key}"}
+            for _ in range(50):
+                (await client.post("/v1/chat/completions", json=BODY, headers=headers)).raise_for_status()
+            start = time.process_time()
+            for _ in range(requests):
+                await client.post("/v1/chat/completions", json=BODY, headers=headers)
+            return (time.process_time() - start) * 1000 / requests
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--policy", default="always")
+    parser.add_argument("--embedder", default="minilm")
+    parser.add_argument("--requests", type=int, default=1000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--database-url", help="default: a fresh SQLite file per run")
+    args = parser.parse_args()
+    figures = []
+    for _ in range(args.runs):
+        url = args.database_url or f"sqlite+aiosqlite:///{tempfile.mkdtemp()}/banditgate.db"
+        figures.append(asyncio.run(one_run(url, args.policy, args.embedder, args.requests)))
+    runs = ", ".join(f"{f:.2f}" for f in figures)
+    print(
+        f"{args.policy}: process CPU per forwarded request {statistics.median(figures):.2f} ms (runs: {runs})"
+    )
+
+
+if __name__ == "__main__":
+    main()
