@@ -22,6 +22,7 @@ from app.events import Message, decode_message, encode_message
 log = logging.getLogger(__name__)
 
 Handler = Callable[[Message], Awaitable[None]]
+CLOSE_GRACE_S = 2.0  # beyond a read's block time, how long close() waits for the tailer to return
 ResyncHandler = Callable[[], Awaitable[None]]
 
 
@@ -69,6 +70,7 @@ class RedisStreamBus:
         self._task: asyncio.Task[None] | None = None
         self._last_id = "0-0"
         self._healthy_at_start = True
+        self._stopping = False
 
     async def _position_now(self) -> str:
         newest = await self.redis.xrevrange(self.stream, count=1)
@@ -85,7 +87,7 @@ class RedisStreamBus:
     async def _tail(self, handler: Handler, on_gap: ResyncHandler) -> None:
         backoff = 0.1
         healthy = self._healthy_at_start
-        while True:
+        while not self._stopping:
             try:
                 if not healthy:
                     # Skip to the stream's current end, then re-read from the database what was missed:
@@ -119,10 +121,20 @@ class RedisStreamBus:
         )
 
     async def close(self) -> None:
-        if self._task is not None:
+        """Stop the tailer: it returns after its current read (at most ``block_ms``). Cancelling it
+        inside a blocked XREAD is only the fallback, and is waited on for a bounded time: redis-py can
+        leave a read cancelled mid-reply waiting forever, which hung the app's shutdown (seen in a
+        test whose request timing moved)."""
+        if self._task is None:
+            return
+        self._stopping = True
+        done, _ = await asyncio.wait({self._task}, timeout=self.block_ms / 1000 + CLOSE_GRACE_S)
+        if not done:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await asyncio.wait({self._task}, timeout=CLOSE_GRACE_S)
+        if self._task.done() and not self._task.cancelled():
+            with contextlib.suppress(Exception):
+                self._task.result()
 
     async def ping(self) -> bool:
         try:
