@@ -15,7 +15,9 @@ from app.ratelimit.limits import key_limits
 from app.store.models import Tenant
 
 
-def get_ctx(request: Request) -> AppContext:
+async def get_ctx(request: Request) -> AppContext:
+    """The app context. ``async`` so FastAPI calls it on the loop: a plain ``def`` dependency runs in
+    its thread pool, a hand-off to a worker thread on every request (issue 13's profile)."""
     ctx: AppContext = request.app.state.ctx
     return ctx
 
