@@ -16,6 +16,7 @@ from app.embedding import EmbeddingService
 from app.ratelimit.limits import RateLimiter
 from app.settings import Settings
 from app.state import PolicyStates
+from app.store.ledger import Ledger
 
 if TYPE_CHECKING:
     from app.routing.probes import ProbeRunner
@@ -33,5 +34,6 @@ class AppContext:
     backends: BackendClient
     catalog: Catalog
     limiter: RateLimiter
+    ledger: Ledger  # the request path's group-committed writes (app/store/ledger.py)
     compaction: CompactionLoop | None = None
     probes: ProbeRunner | None = None  # made on first use (app/routing/probes.py)

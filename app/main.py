@@ -47,7 +47,7 @@ from app.ratelimit.local import InProcessLimiter
 from app.ratelimit.shared import RedisLimiter
 from app.settings import Settings
 from app.state import PolicyStates
-from app.store.db import make_engine, make_sessionmaker
+from app.store.db import make_engine, make_ledger, make_sessionmaker
 from embeddings.registry import load_embedder
 
 
@@ -91,8 +91,9 @@ async def open_context(settings: Settings) -> AppContext:
         limiter = InProcessLimiter(
             auth_failure_limits(settings), max_addresses=settings.auth_failure_max_addresses
         )
+    ledger = make_ledger(settings.database_url, settings.ledger_max_batch)
     ctx = AppContext(
-        settings, engine, sessionmaker, redis, bus, states, embeddings, backends, catalog, limiter
+        settings, engine, sessionmaker, redis, bus, states, embeddings, backends, catalog, limiter, ledger
     )
 
     async def on_message(message: Message) -> None:
@@ -111,6 +112,7 @@ async def close_context(ctx: AppContext) -> None:
         await ctx.probes.close(ctx.settings.probe_shutdown_grace_s)
     if ctx.compaction is not None:
         await ctx.compaction.close()
+    await ctx.ledger.close()  # after the probes: their writes are committed before the bus closes
     await ctx.bus.close()
     await ctx.backends.aclose()
     if ctx.embeddings.pool is not None:

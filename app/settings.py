@@ -52,6 +52,13 @@ class Settings(BaseSettings):
     db_pool_recycle_s: float = Field(
         300.0, gt=0, description="pooled database connections older than this are replaced on checkout"
     )
+    ledger_max_batch: int = Field(
+        128,
+        ge=1,
+        le=4096,
+        description="most request writes (decisions, attempts, feedback) committed together in one "
+        "transaction by the ledger's group commit (app/store/ledger.py)",
+    )
     event_stream: str = Field("banditgate:events", description="Redis stream that carries the event log")
     event_stream_maxlen: int = Field(1_000_000, gt=0, description="approximate cap on the stream's length")
     stream_block_ms: int = Field(500, gt=0, description="XREAD block time of the stream tailer")

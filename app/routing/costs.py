@@ -1,5 +1,5 @@
 """The cost of an answer (its usage at the backend's prices, else characters / 4) and ``settle``: the
-attempts, who answered and the cost event, in one transaction."""
+attempts, who answered and the cost event, in one ledger transaction (app/store/ledger.py)."""
 
 from __future__ import annotations
 
@@ -7,37 +7,37 @@ import logging
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm.attributes import set_committed_value
 
 from app import metrics
 from app.backends import AttemptRecord, Target
 from app.context import AppContext
 from app.routing.answers import IMAGE_PATH, answer_chars
-from app.routing.decide import PendingDecision, insert_decision
+from app.routing.decide import PendingDecision
 from app.routing.feedback import Outcome, store_feedback
 from app.schemas import RouteRequest
-from app.store.models import Attempt, DecisionRow, Tenant
-from app.store.statements import insert_rows
+from app.store.ledger import LedgerWrite
+from app.store.models import DecisionRow, Tenant
 from routers.replay_format import whole_tokens
 
 log = logging.getLogger(__name__)
 
 
 async def save_attempts(
-    session: AsyncSession,
+    ctx: AppContext,
     decision_id: str,
     attempts: list[AttemptRecord],
     pending: PendingDecision | None = None,
 ) -> None:
-    """Write the attempts (and the decision first when it is still ``pending``) and commit."""
-    if pending is not None:
-        await insert_decision(session, pending)
-    await add_attempts(session, decision_id, attempts)
-    await session.commit()
+    """Commit the attempts (and the decision first when it is still ``pending``) through the ledger."""
+    write = pending.write() if pending is not None else LedgerWrite()
+    write.attempts = attempt_rows(decision_id, attempts)
+    await ctx.ledger.write(write)
 
 
-async def add_attempts(session: AsyncSession, decision_id: str, attempts: list[AttemptRecord]) -> None:
-    """The attempts' INSERT (Core, one statement), not committed."""
-    await insert_rows(session, Attempt, [{"decision_id": decision_id, **a.row()} for a in attempts])
+def attempt_rows(decision_id: str, attempts: list[AttemptRecord]) -> list[dict[str, Any]]:
+    """The attempts' ``attempts`` rows."""
+    return [{"decision_id": decision_id, **a.row()} for a in attempts]
 
 
 def usage_tokens(usage: Any, prompt_chars: int, answer_chars: int) -> tuple[int, int]:
@@ -62,15 +62,14 @@ async def settle(
     pending: PendingDecision | None = None,
 ) -> None:
     """Store the attempts, mark who answered, and record the cost event (when the call completed), in
-    one transaction; a ``pending`` decision (a forwarded request's) is written in it too, already
-    marked, so a forwarded request makes one write transaction besides its counter. For mixture
+    one ledger transaction; a ``pending`` decision (a forwarded request's) is written in it too,
+    already marked, with its counter's increment, so a forwarded request commits once. For mixture
     routers the event also carries the answer, which the gateway embeds. The answer does not wait for
     the event to come back over the bus: the policy still learns it only from the stream, in stream
     order.
 
     Everything that may wait on something else (the router from the catalog, a mixture answer's
-    embedding) happens before the first write: on SQLite a write holds the database's one write lock
-    until the commit."""
+    embedding) happens before the write."""
     # the session that decided holds a stored decision already
     stored = await session.get(DecisionRow, decision_id) if pending is None else None
     if pending is None and stored is None:
@@ -80,18 +79,22 @@ async def settle(
         router_id = stored.router_id
     feedback = None if cost is None else await cost_event(ctx, decision_id, target.name, cost, output_text)
     router = await ctx.catalog.router_by_id(router_id) if router_id is not None and feedback else None
+    answered = {"answered_by": target.name}
     if pending is not None:
-        values = {**pending.values, "info": {**pending.values["info"], "answered_by": target.name}}
-        await insert_decision(session, pending, values)
+        values = {**pending.values, "info": {**pending.values["info"], **answered}}
+        write = pending.write(values)
         row = DecisionRow(**values)
-    elif stored is not None:
-        row = stored
-        row.info = {**(row.info or {}), "answered_by": target.name}
-    await add_attempts(session, decision_id, attempts)
-    if feedback is None:
-        await session.commit()
     else:
-        await store_feedback(ctx, session, tenant, [(feedback, row, router, target.name)], wait=False)
+        assert stored is not None
+        write = LedgerWrite(info=(decision_id, answered))
+        row = stored
+        # what the ledger merges in, without making the session write it again
+        set_committed_value(row, "info", {**(row.info or {}), **answered})
+    write.attempts = attempt_rows(decision_id, attempts)
+    if feedback is None:
+        await ctx.ledger.write(write)
+    else:
+        await store_feedback(ctx, tenant, [(feedback, row, router, target.name)], wait=False, alongside=write)
     count_logged(tenant, pending)
 
 

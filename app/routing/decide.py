@@ -19,8 +19,9 @@ from app.embedding import prompt_hash
 from app.jsonable import jsonable
 from app.routing.errors import Invalid, NotFound, TooLarge
 from app.schemas import RouteRequest, RouteResponse
+from app.store.ledger import LedgerWrite
 from app.store.models import DecisionRow, Router, RouterCounter, Tenant, utcnow
-from app.store.statements import count_written, insert_rows
+from app.store.statements import insert_rows
 from embeddings.prompt_text import EmbedText
 from routers.base import Context, counter_use
 from routers.base import decision_rng as keyed_rng
@@ -145,16 +146,12 @@ class PendingDecision:
         """The row as an unsaved ORM object (for the code that reads a decision's fields)."""
         return DecisionRow(**self.values)
 
-
-async def insert_decision(
-    session: AsyncSession, pending: PendingDecision, values: dict[str, Any] | None = None
-) -> None:
-    """The decision's INSERT (Core, ``values`` when given, else the pending ones) and, when its counter
-    does not count it yet, the counter's increment, last (on Postgres the counter's row lock is held
-    from that statement to the commit); not committed."""
-    await insert_rows(session, DecisionRow, [values or pending.values])
-    if not pending.counted and pending.values["router_id"] is not None:
-        await count_written(session, pending.values["router_id"], pending.queried)
+    def write(self, values: dict[str, Any] | None = None) -> LedgerWrite:
+        """The decision (``values`` when given, else its own) as a ledger write, with its counter's
+        increment when the counter does not count it yet."""
+        router_id = self.values["router_id"]
+        count = None if self.counted or router_id is None else (router_id, 1, 1 if self.queried else 0)
+        return LedgerWrite(decision=values or self.values, count=count)
 
 
 async def decide(
@@ -162,14 +159,21 @@ async def decide(
 ) -> tuple[RouteResponse, Router]:
     """``route``, also returning the router it resolved (forwarding needs its judge)."""
     response, router, pending = await choose(ctx, session, tenant, request)
-    await log_decision(session, tenant, pending)
+    await log_decision(ctx, session, tenant, pending)
     return response, router
 
 
-async def log_decision(session: AsyncSession, tenant: Tenant, pending: PendingDecision) -> None:
-    """Write a decision (``insert_decision``) and commit, with whatever the session holds (its counter)."""
-    await insert_decision(session, pending)
-    await session.commit()
+async def log_decision(
+    ctx: AppContext, session: AsyncSession, tenant: Tenant, pending: PendingDecision
+) -> None:
+    """Write a decision and commit. Through the ledger (app/store/ledger.py), its counter's increment
+    in the same transaction; in the session's transaction when that already counted it (an ``exact``
+    policy: the counter's row is locked there until this commit)."""
+    if pending.counted:
+        await insert_rows(session, DecisionRow, [pending.values])
+        await session.commit()
+    else:
+        await ctx.ledger.write(pending.write())
     metrics.count_decision(tenant.name, pending.router_name)
 
 

@@ -10,11 +10,12 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.backends import AttemptRecord, BackendFailure, Target
 from app.context import AppContext
 from app.routing.answers import Forwarded, Member
-from app.routing.costs import answer_cost, save_attempts
+from app.routing.costs import answer_cost, attempt_rows, save_attempts
 from app.routing.fallback import gave_up, load_target
 from app.routing.feedback import Outcome, resolve_feedback, store_feedback
 from app.schemas import RouteRequest, RouteResponse
-from app.store.models import Attempt, DecisionRow, Tenant
+from app.store.ledger import LedgerWrite
+from app.store.models import Tenant
 
 
 async def forward_ensemble(
@@ -58,20 +59,14 @@ async def forward_ensemble(
     for number, attempt in enumerate(attempts, start=1):
         attempt.number = number
     if not answered:
-        await save_attempts(session, route.decision_id, attempts)
+        await save_attempts(ctx, route.decision_id, attempts)
         raise gave_up(route.decision_id, failures)
     first, payload, cost = answered[0]
-    row = await session.get(DecisionRow, route.decision_id)
-    if row is not None:
-        row.info = {
-            **(row.info or {}),
-            "answered_by": first.name,
-            "ensemble": [t.name for t, _, _ in answered],
-        }
-    session.add_all(Attempt(decision_id=route.decision_id, **a.row()) for a in attempts)
+    marks = {"answered_by": first.name, "ensemble": [t.name for t, _, _ in answered]}
     costs = [
         Outcome(decision_id=route.decision_id, model=t.name, kind="cost", cost=c) for t, _, c in answered
     ]
     resolved = await resolve_feedback(session, tenant, costs)
-    await store_feedback(ctx, session, tenant, resolved, wait=False)
+    write = LedgerWrite(info=(route.decision_id, marks), attempts=attempt_rows(route.decision_id, attempts))
+    await store_feedback(ctx, tenant, resolved, wait=False, alongside=write)
     return Forwarded(route, first, payload, cost, attempts, members)

@@ -97,7 +97,7 @@ async def call_with_fallback(
         if len(failures) > ctx.settings.forward_max_fallbacks or route.mode == DIRECT:
             break  # a direct call is fallback-free: the client named its backend
         model = await next_model(ctx, session, route.decision_id, request, tried, pending)
-    await save_attempts(session, route.decision_id, attempts, pending)
+    await save_attempts(ctx, route.decision_id, attempts, pending)
     raise gave_up(route.decision_id, failures)
 
 

@@ -1,5 +1,6 @@
-"""Feedback events (``Outcome``): validate, insert idempotently, commit, publish; clients' events wait
-for their own fold (read-your-writes), the gateway's own (costs, cascade steps) do not."""
+"""Feedback events (``Outcome``): validate, insert idempotently and commit (through the ledger,
+app/store/ledger.py), publish; clients' events wait for their own fold (read-your-writes), the
+gateway's own (costs, cascade steps) do not."""
 
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ from app.events import FeedbackMessage
 from app.routing.decide import DIRECT_LABEL
 from app.routing.errors import Invalid, NotFound, TooLarge
 from app.schemas import FeedbackAccepted
+from app.store.ledger import LedgerWrite
 from app.store.models import DecisionRow, FeedbackEvent, Router, Tenant
-from app.store.statements import insert_feedback
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ async def record_feedback(
     """Validate every item first (nothing is written if one is bad), then insert them idempotently in
     one transaction, commit, publish, and wait for this process to fold them."""
     resolved = await resolve_feedback(session, tenant, items)
-    return await store_feedback(ctx, session, tenant, resolved, wait=True)
+    return await store_feedback(ctx, tenant, resolved, wait=True)
 
 
 async def resolve_feedback(session: AsyncSession, tenant: Tenant, items: list[Outcome]) -> list[Resolved]:
@@ -101,73 +102,58 @@ async def resolve_feedback(session: AsyncSession, tenant: Tenant, items: list[Ou
 
 
 async def store_feedback(
-    ctx: AppContext, session: AsyncSession, tenant: Tenant, resolved: list[Resolved], wait: bool
+    ctx: AppContext,
+    tenant: Tenant,
+    resolved: list[Resolved],
+    wait: bool,
+    alongside: LedgerWrite | None = None,
 ) -> list[FeedbackAccepted]:
-    """Insert the events idempotently with whatever the session already holds (one transaction),
-    commit, publish; with ``wait``, until this process folded them (read-your-writes for clients)."""
+    """Insert the events idempotently through the ledger (with ``alongside``'s rows, in one
+    transaction), then publish; with ``wait``, until this process folded them (read-your-writes for
+    clients)."""
+    rows: list[dict[str, object]] = []
+    for item, decision, router, model in resolved:
+        rows.append(
+            {
+                "decision_id": decision.id,
+                "tenant_id": tenant.id,
+                "router_id": router.id if router is not None else None,
+                "model": model,
+                "kind": item.kind,
+                "reward": item.reward,
+                "cost": item.cost,
+                "payload": await event_payload(ctx, item),
+            }
+        )
+    write = alongside if alongside is not None else LedgerWrite()
+    write.feedback = rows
+    inserted = await ctx.ledger.write(write)
+    ids = await existing_ids(ctx, resolved, inserted)
     accepted: list[FeedbackAccepted] = []
     fresh: list[FeedbackMessage] = []
     unfolded: list[str] = []  # the kinds of new events about direct calls
-    for item, decision, router, model in resolved:
-        payload: dict[str, object] = {}
-        if item.output_embedding is not None:
-            payload["output_embedding"] = item.output_embedding
-        elif item.output_text is not None:
-            if len(item.output_text) > ctx.settings.max_prompt_chars:
-                raise TooLarge(
-                    f"output_text has {len(item.output_text)} characters; the limit is {ctx.settings.max_prompt_chars}",
-                )
-            vector, _ = await ctx.embeddings.embed(item.output_text)
-            payload["output_embedding"] = [float(v) for v in vector]
-        if item.metadata:
-            payload["metadata"] = item.metadata
-        values: dict[str, object] = {
-            "decision_id": decision.id,
-            "tenant_id": tenant.id,
-            "router_id": router.id if router is not None else None,
-            "model": model,
-            "kind": item.kind,
-            "reward": item.reward,
-            "cost": item.cost,
-            "payload": payload,
-        }
-        event_id = await insert_feedback(session, values)
-        duplicate = event_id is None
-        if duplicate:
-            event_id = await session.scalar(
-                select(FeedbackEvent.id).where(
-                    FeedbackEvent.decision_id == decision.id,
-                    FeedbackEvent.model == model,
-                    FeedbackEvent.kind == item.kind,
+    for (item, decision, router, model), row, (event_id, duplicate) in zip(resolved, rows, ids, strict=True):
+        if not duplicate and router is None:  # stored, published to no one: no router folds it
+            unfolded.append(item.kind)
+        elif not duplicate and router is not None:
+            fresh.append(
+                FeedbackMessage(
+                    event_id=event_id,
+                    router_id=router.id,
+                    decision_id=decision.id,
+                    model=model,
+                    kind=item.kind,
+                    reward=item.reward,
+                    cost=item.cost,
+                    embedding=np.frombuffer(decision.embedding, dtype=np.float32).copy(),
+                    payload=row["payload"],  # type: ignore[arg-type]
                 )
             )
-        else:
-            if router is None:  # stored, published to no one: no router folds it
-                unfolded.append(item.kind)
-            else:
-                fresh.append(
-                    FeedbackMessage(
-                        event_id=int(event_id or 0),
-                        router_id=router.id,
-                        decision_id=decision.id,
-                        model=model,
-                        kind=item.kind,
-                        reward=item.reward,
-                        cost=item.cost,
-                        embedding=np.frombuffer(decision.embedding, dtype=np.float32).copy(),
-                        payload=payload,
-                    )
-                )
         accepted.append(
             FeedbackAccepted(
-                event_id=int(event_id or 0),
-                decision_id=decision.id,
-                model=model,
-                kind=item.kind,
-                duplicate=duplicate,
+                event_id=event_id, decision_id=decision.id, model=model, kind=item.kind, duplicate=duplicate
             )
         )
-    await session.commit()
     names = {router.id: router.name for _, _, router, _ in resolved if router is not None}
     for message in fresh:
         metrics.count_feedback(tenant.name, names[message.router_id], message.kind)
@@ -175,6 +161,47 @@ async def store_feedback(
         metrics.count_feedback(tenant.name, DIRECT_LABEL, kind)
     await publish_feedback(ctx, fresh, wait)
     return accepted
+
+
+async def event_payload(ctx: AppContext, item: Outcome) -> dict[str, object]:
+    """An event's ``payload``: the output's embedding (``output_text`` embedded here) and metadata."""
+    payload: dict[str, object] = {}
+    if item.output_embedding is not None:
+        payload["output_embedding"] = item.output_embedding
+    elif item.output_text is not None:
+        if len(item.output_text) > ctx.settings.max_prompt_chars:
+            raise TooLarge(
+                f"output_text has {len(item.output_text)} characters; the limit is {ctx.settings.max_prompt_chars}",
+            )
+        vector, _ = await ctx.embeddings.embed(item.output_text)
+        payload["output_embedding"] = [float(v) for v in vector]
+    if item.metadata:
+        payload["metadata"] = item.metadata
+    return payload
+
+
+async def existing_ids(
+    ctx: AppContext, resolved: list[Resolved], ids: list[int | None]
+) -> list[tuple[int, bool]]:
+    """Each event's (id, duplicate): a duplicate's (None from the ledger) is the stored event's with
+    its key, read back (no read when there is none)."""
+    if all(event_id is not None for event_id in ids):
+        return [(int(event_id or 0), False) for event_id in ids]
+    out: list[tuple[int, bool]] = []
+    async with ctx.sessionmaker() as session:
+        for (item, decision, _, model), event_id in zip(resolved, ids, strict=True):
+            if event_id is not None:
+                out.append((event_id, False))
+                continue
+            stored = await session.scalar(
+                select(FeedbackEvent.id).where(
+                    FeedbackEvent.decision_id == decision.id,
+                    FeedbackEvent.model == model,
+                    FeedbackEvent.kind == item.kind,
+                )
+            )
+            out.append((int(stored or 0), True))
+    return out
 
 
 async def publish_feedback(ctx: AppContext, messages: list[FeedbackMessage], wait: bool = True) -> None:

@@ -45,7 +45,7 @@ async def forward_json(
         route, chosen, pending = await choose(ctx, session, tenant, request)
         router = chosen
         if route.model is None or route.mode == "set":  # answered before any settle: written now
-            await log_decision(session, tenant, pending)
+            await log_decision(ctx, session, tenant, pending)
             pending = None
         else:  # an exact policy's counter alone, or the read of it: nothing held during the call
             await session.commit()

@@ -12,9 +12,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from sqlalchemy import event
+from sqlalchemy import event, make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+
+from app.store.ledger import Ledger
+from app.store.ledger_postgres import PostgresLedger
+from app.store.ledger_sqlite import SqliteLedger, sqlite_path
 
 DEFAULT_RECYCLE_S = 300.0
 
@@ -70,3 +74,11 @@ class RetryingSession(AsyncSession):
 
 def make_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
     return async_sessionmaker(engine, class_=RetryingSession, expire_on_commit=False)
+
+
+def make_ledger(url: str, max_batch: int) -> Ledger:
+    """The request path's group-committed writer (app/store/ledger.py) for the engine's database."""
+    if url.startswith("sqlite"):
+        return SqliteLedger(sqlite_path(url), max_batch)
+    dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    return PostgresLedger(dsn, max_batch)

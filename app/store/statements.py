@@ -1,4 +1,5 @@
-"""The request path's write statements, built once per table and dialect.
+"""Session-side INSERTs built once per table (the request path's other writes go through the ledger,
+app/store/ledger.py, as the driver's SQL: app/store/driver_sql.py).
 
 ``insert(Entity).values(**row)`` builds a new statement for every row: SQLAlchemy coerces each value
 into a bound parameter, walks them all for the compiled-statement cache key and runs the ORM's bulk
@@ -16,11 +17,10 @@ from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import Any
 
-from sqlalchemy import Insert, Table, bindparam, insert, inspect
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import Insert, Table, insert, inspect
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.store.models import Base, FeedbackEvent, RouterCounter
+from app.store.models import Base
 
 
 def dialect_of(session: AsyncSession) -> str:
@@ -55,48 +55,3 @@ async def insert_rows(session: AsyncSession, model: type[Base], rows: Sequence[M
     committed. Every row must name the same attributes."""
     if rows:
         await session.execute(_plain_insert(model), [column_row(model, row) for row in rows])
-
-
-@cache
-def _insert_feedback(dialect: str) -> Any:
-    upsert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    return (
-        upsert(_table(FeedbackEvent))
-        .on_conflict_do_nothing(index_elements=["decision_id", "model", "kind"])
-        .returning(_table(FeedbackEvent).c.id)
-    )
-
-
-async def insert_feedback(session: AsyncSession, row: Mapping[str, Any]) -> int | None:
-    """INSERT a feedback event unless one with its (decision, model, kind) exists; its new id, or None
-    for a duplicate. Not committed."""
-    inserted = await session.scalar(_insert_feedback(dialect_of(session)), column_row(FeedbackEvent, row))
-    return None if inserted is None else int(inserted)
-
-
-@cache
-def _count_written(dialect: str) -> Any:
-    upsert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    counters = _table(RouterCounter)
-    return (
-        upsert(counters)
-        .values(
-            router_id=bindparam("router_id"),
-            decisions=1,
-            query_rounds=bindparam("query_rounds"),
-        )
-        .on_conflict_do_update(
-            index_elements=["router_id"],
-            set_={
-                "decisions": counters.c.decisions + 1,
-                "query_rounds": counters.c.query_rounds + bindparam("query_rounds"),
-            },
-        )
-    )
-
-
-async def count_written(session: AsyncSession, router_id: int, queried: bool) -> None:
-    """Count one written decision of the router (and a query round when it queried); not committed."""
-    await session.execute(
-        _count_written(dialect_of(session)), {"router_id": router_id, "query_rounds": 1 if queried else 0}
-    )

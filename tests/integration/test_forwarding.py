@@ -606,12 +606,15 @@ async def test_seeded_requests_get_the_same_decisions(sqlite_stack: Stack, fake:
 
 
 class WriteCommits:
-    """Counts, on an engine, the commits of transactions that wrote something (an INSERT, UPDATE or
-    DELETE): what a request costs in WAL flushes on Postgres and write-lock turns on SQLite."""
+    """Counts the commits of transactions that wrote something (an INSERT, UPDATE or DELETE), on the
+    app's engine and by its ledger (app/store/ledger.py): what a request costs in WAL flushes on
+    Postgres and write-lock turns on SQLite."""
 
     def __init__(self, app: FastAPI) -> None:
         self.engine = app.state.ctx.engine.sync_engine
+        self.ledger = app.state.ctx.ledger
         self.count = 0
+        self._ledger_before = 0
 
     def _statement(self, conn, cursor, statement, parameters, context, executemany) -> None:  # type: ignore[no-untyped-def]
         if statement.lstrip().split(None, 1)[0].upper() in {"INSERT", "UPDATE", "DELETE"}:
@@ -628,12 +631,14 @@ class WriteCommits:
         event.listen(self.engine, "before_cursor_execute", self._statement)
         event.listen(self.engine, "commit", self._commit)
         event.listen(self.engine, "rollback", self._rollback)
+        self._ledger_before = self.ledger.commits
         return self
 
     def __exit__(self, *_: object) -> None:
         event.remove(self.engine, "before_cursor_execute", self._statement)
         event.remove(self.engine, "commit", self._commit)
         event.remove(self.engine, "rollback", self._rollback)
+        self.count += self.ledger.commits - self._ledger_before
 
 
 @pytest.mark.parametrize(

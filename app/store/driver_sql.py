@@ -1,0 +1,163 @@
+"""The request path's INSERTs as the database driver's own SQL, for the ledger (app/store/ledger.py),
+which writes through the driver without SQLAlchemy's per-statement machinery.
+
+Each statement is compiled once per table and dialect from the SQLAlchemy ``Table`` (so the column list,
+quoting and Postgres's casts are SQLAlchemy's), and each row becomes the driver's positional parameters
+through the same bind processors SQLAlchemy applies (JSON serialised, SQLite's datetimes as text), with
+the columns' Python-side defaults filled in as SQLAlchemy would: rows written here read back through
+the ORM exactly like rows written through it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from sqlalchemy import Column, Table, insert
+from sqlalchemy.dialects.postgresql import asyncpg as pg_asyncpg
+from sqlalchemy.dialects.sqlite import pysqlite
+from sqlalchemy.engine import Dialect
+
+from app.store.models import Base, DecisionRow, FeedbackEvent, RouterCounter
+from app.store.statements import column_row
+
+Processor = Callable[[Any], Any]
+
+
+def dialect_named(name: str) -> Dialect:
+    """The SQLAlchemy dialect whose SQL and bind processors the ledger's driver takes."""
+    if name == "postgresql":
+        return pg_asyncpg.dialect()  # type: ignore[no-any-return]
+    if name == "sqlite":
+        return pysqlite.dialect()  # type: ignore[no-any-return]
+    raise ValueError(f"no ledger for the {name!r} dialect")
+
+
+def _default(column: Column[Any]) -> Any:
+    """A column's Python-side default for a row that does not name it (None when it has none)."""
+    default = column.default
+    if default is None or not (default.is_scalar or default.is_callable):
+        return None
+    arg = default.arg  # type: ignore[attr-defined]
+    if not default.is_callable:
+        return arg
+    try:  # SQLAlchemy wraps a function of no arguments into one of the execution context
+        return arg(None)
+    except TypeError:  # a builtin it could not inspect (``list``, ``dict``) is called bare
+        return arg()
+
+
+@dataclass(frozen=True)
+class DriverInsert:
+    """One table's INSERT in the driver's SQL: ``sql`` for one row, ``values`` its VALUES tuple (to
+    repeat for several rows on Postgres), the columns in parameter order with their processors."""
+
+    table: str
+    sql: str
+    columns_sql: str
+    values: str
+    columns: tuple[Column[Any], ...]
+    processors: tuple[Processor | None, ...]
+
+    def params(self, row: Mapping[str, Any]) -> list[Any]:
+        """The row (column keys; missing ones take their default) as positional parameters."""
+        out: list[Any] = []
+        for column, process in zip(self.columns, self.processors, strict=True):
+            value = row[column.key] if column.key in row else _default(column)
+            out.append(value if process is None or value is None else process(value))
+        return out
+
+
+def _written_columns(table: Table) -> tuple[Column[Any], ...]:
+    """Every column but an autoincrementing primary key (the database numbers those)."""
+    return tuple(c for c in table.columns if not (c.primary_key and c.autoincrement is True))
+
+
+_VALUES = re.compile(r"^INSERT INTO (\S+) \((.*)\) VALUES (\(.*\))$", re.DOTALL)
+
+
+@cache
+def driver_insert(model: type[Base], dialect_name: str) -> DriverInsert:
+    """``model``'s table's INSERT of every written column, compiled for ``dialect_name``."""
+    dialect = dialect_named(dialect_name)
+    table = model.__table__
+    assert isinstance(table, Table)
+    columns = _written_columns(table)
+    compiled = insert(table).inline().compile(dialect=dialect, column_keys=[c.key for c in columns])
+    order = compiled.positiontup or []
+    by_key = {c.key: c for c in columns}
+    ordered = tuple(by_key[name] for name in order)
+    processors = tuple(c.type.dialect_impl(dialect).bind_processor(dialect) for c in ordered)
+    match = _VALUES.match(compiled.string)
+    assert match is not None, compiled.string
+    return DriverInsert(match.group(1), compiled.string, match.group(2), match.group(3), ordered, processors)
+
+
+def model_params(model: type[Base], dialect_name: str, row: Mapping[str, Any]) -> list[Any]:
+    """``row`` (mapped attribute names, as the rest of the app keys them) as ``model``'s parameters."""
+    return driver_insert(model, dialect_name).params(column_row(model, row))
+
+
+_DOLLAR = re.compile(r"\$(\d+)")
+
+
+def renumbered(values: str, offset: int) -> str:
+    """A Postgres VALUES tuple with its ``$n`` placeholders shifted by ``offset``."""
+    return _DOLLAR.sub(lambda m: f"${int(m.group(1)) + offset}", values)
+
+
+def rows_sql(insert_: DriverInsert, rows: int, offset: int) -> tuple[str, int]:
+    """Postgres: ``INSERT INTO t (cols) VALUES (...), (...)`` for ``rows`` rows whose parameters start
+    after ``offset``; also the offset after them."""
+    width = len(insert_.columns)
+    tuples = ", ".join(renumbered(insert_.values, offset + i * width) for i in range(rows))
+    return f"INSERT INTO {insert_.table} ({insert_.columns_sql}) VALUES {tuples}", offset + rows * width
+
+
+FEEDBACK_CONFLICT = "ON CONFLICT (decision_id, model, kind) DO NOTHING"
+
+
+@cache
+def feedback_insert_sqlite() -> str:
+    """SQLite: one feedback row, unless its (decision, model, kind) exists; its id or no row."""
+    return f"{driver_insert(FeedbackEvent, 'sqlite').sql} {FEEDBACK_CONFLICT} RETURNING id"
+
+
+def counter_upsert(dialect_name: str, values: str | None = None) -> str:
+    """Add (decisions, query rounds) to routers' counters, creating them at those values: one row's
+    placeholders unless ``values`` gives the tuples (Postgres, several routers)."""
+    table = RouterCounter.__tablename__
+    if values is None:
+        values = "($1::BIGINT, $2::BIGINT, $3::BIGINT)" if dialect_name == "postgresql" else "(?, ?, ?)"
+    return (
+        f"INSERT INTO {table} (router_id, decisions, query_rounds) VALUES {values} "
+        f"ON CONFLICT (router_id) DO UPDATE SET decisions = {table}.decisions + excluded.decisions, "
+        f"query_rounds = {table}.query_rounds + excluded.query_rounds"
+    )
+
+
+def counter_values_pg(count: int, offset: int) -> str:
+    """Postgres: ``count`` counter tuples whose parameters start after ``offset``."""
+    return ", ".join(
+        f"(${offset + 3 * i + 1}::BIGINT, ${offset + 3 * i + 2}::BIGINT, ${offset + 3 * i + 3}::BIGINT)"
+        for i in range(count)
+    )
+
+
+def info_merge(dialect_name: str, count: int = 1, offset: int = 0) -> str:
+    """Merge JSON objects into stored decisions' ``info`` (top-level keys replaced). SQLite: one
+    decision, parameters (keys, id); Postgres: ``count`` decisions, parameters (id, keys) each, from
+    after ``offset``."""
+    table = DecisionRow.__tablename__
+    if dialect_name == "sqlite":
+        return f"UPDATE {table} SET info = json_patch(COALESCE(info, '{{}}'), ?) WHERE id = ?"
+    values = ", ".join(
+        f"(${offset + 2 * i + 1}::VARCHAR, ${offset + 2 * i + 2}::JSONB)" for i in range(count)
+    )
+    return (
+        f"UPDATE {table} AS t SET info = (COALESCE(t.info::jsonb, '{{}}'::jsonb) || v.keys)::json "
+        f"FROM (VALUES {values}) AS v(id, keys) WHERE t.id = v.id"
+    )

@@ -1,0 +1,133 @@
+"""The ledger: the request path's writes, group-committed through the database driver.
+
+A request hands its rows (a decision, its attempts, its feedback events, its router counter's
+increment) to ``Ledger.write`` and gets control back only after they are committed, so a decision is
+durable before its answer and feedback is acknowledged only after commit, as before. What changes is
+how: one writer per process takes every write waiting at that moment and commits them in one
+transaction (group commit), through the driver with statements compiled once (app/store/driver_sql.py),
+instead of each request running its own SQLAlchemy session transaction (issue 13's profile: on SQLite
+about fifteen hand-offs to aiosqlite's thread per forwarded request, on Postgres a round trip per
+statement). Concurrent requests share a commit: one WAL flush on Postgres, one write-lock turn on
+SQLite.
+
+A batch is all or nothing; when its transaction fails (one write breaking a constraint, say), each
+write of it is committed again alone, so a bad write fails only its own request.
+
+``SqliteLedger`` (app/store/ledger_sqlite.py): one thread, one ``sqlite3`` connection with the engine's
+pragmas (WAL, ``synchronous=NORMAL``, foreign keys). ``PostgresLedger`` (app/store/ledger_postgres.py):
+one asyncpg connection, one statement per batch (data-modifying CTEs, one round trip).
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.store.driver_sql import model_params
+from app.store.models import Attempt, DecisionRow, FeedbackEvent
+
+FeedbackKey = tuple[str | None, str, str]  # (decision_id, model, kind): the feedback table's unique key
+
+
+@dataclass
+class LedgerWrite:
+    """One request's rows (mapped attribute names, as the app keys them): a ``decision``, its
+    ``attempts``, ``feedback`` events (each inserted unless one with its (decision, model, kind)
+    exists), ``count``: (router id, decisions, query rounds) added to the router's counter, and
+    ``info``: (decision id, keys) merged into a stored decision's ``info`` (who answered it)."""
+
+    decision: Mapping[str, Any] | None = None
+    attempts: Sequence[Mapping[str, Any]] = ()
+    feedback: Sequence[Mapping[str, Any]] = ()
+    count: tuple[int, int, int] | None = None
+    info: tuple[str, Mapping[str, Any]] | None = None
+
+
+@dataclass
+class PreparedWrite:
+    """A ``LedgerWrite`` as the driver's positional parameters (converted on the caller's side, so a
+    row that cannot be converted fails its own request, not a batch)."""
+
+    decisions: list[list[Any]] = field(default_factory=list)
+    attempts: list[list[Any]] = field(default_factory=list)
+    feedback: list[list[Any]] = field(default_factory=list)
+    feedback_keys: list[FeedbackKey] = field(default_factory=list)
+    count: tuple[int, int, int] | None = None
+    info: tuple[str, str] | None = None  # (decision id, the keys to merge as a JSON object)
+
+    @property
+    def parameters(self) -> int:
+        rows = self.decisions + self.attempts + self.feedback
+        return sum(len(r) for r in rows) + (3 if self.count else 0) + (2 if self.info else 0)
+
+
+def prepare(write: LedgerWrite, dialect_name: str) -> PreparedWrite:
+    """``write``'s rows as ``dialect_name``'s driver parameters."""
+    prepared = PreparedWrite(count=write.count)
+    if write.info is not None:
+        decision_id, keys = write.info
+        prepared.info = (decision_id, json.dumps(dict(keys)))
+    if write.decision is not None:
+        prepared.decisions.append(model_params(DecisionRow, dialect_name, write.decision))
+    prepared.attempts = [model_params(Attempt, dialect_name, row) for row in write.attempts]
+    for row in write.feedback:
+        prepared.feedback.append(model_params(FeedbackEvent, dialect_name, row))
+        prepared.feedback_keys.append((row.get("decision_id"), str(row["model"]), str(row["kind"])))
+    return prepared
+
+
+def merged_counts(batch: Sequence[PreparedWrite]) -> list[tuple[int, int, int]]:
+    """The batch's counter increments summed per router, in router id order (two writers that lock
+    the same counters lock them in the same order)."""
+    totals: dict[int, list[int]] = {}
+    for write in batch:
+        if write.count is not None:
+            router_id, decisions, query_rounds = write.count
+            total = totals.setdefault(router_id, [0, 0])
+            total[0] += decisions
+            total[1] += query_rounds
+    return [(router_id, d, q) for router_id, (d, q) in sorted(totals.items())]
+
+
+def feedback_ids(
+    batch: Sequence[PreparedWrite], inserted: Sequence[tuple[FeedbackKey, int]]
+) -> list[list[int | None]]:
+    """Each write's feedback ids in its order, from the (key, id) pairs the batch inserted: None for
+    an event whose key existed already (a duplicate, also one repeated within the batch)."""
+    fresh: dict[FeedbackKey, int] = dict(inserted)
+    out: list[list[int | None]] = []
+    for write in batch:
+        out.append([fresh.pop(key, None) for key in write.feedback_keys])
+    return out
+
+
+class LedgerError(Exception):
+    """A write the database refused or could not take; the request that made it fails (a 500)."""
+
+
+class LedgerClosed(LedgerError):
+    """A write after the ledger was closed (the process is shutting down)."""
+
+
+class Ledger(ABC):
+    """Group-committed writes; ``commits`` counts the transactions committed (tests, metrics)."""
+
+    dialect: str
+    commits: int = 0
+
+    @abstractmethod
+    async def write(self, write: LedgerWrite) -> list[int | None]:
+        """Commit ``write`` (with whatever other writes are waiting); the ids of its feedback events in
+        order, None for a duplicate."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Commit what is queued, then stop."""
+
+
+def max_batch_parameters(dialect_name: str) -> int:
+    """The most parameters one batch's statements may take (Postgres: 32,767 per statement)."""
+    return 30_000 if dialect_name == "postgresql" else 1_000_000

@@ -1,0 +1,255 @@
+"""The ledger (app/store/ledger*.py) against real SQLite and Postgres: what it writes reads back through
+the ORM unchanged, concurrent writes share commits, a bad write fails alone, duplicates are told apart,
+closing commits what is queued, and a dropped Postgres connection is replaced."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+
+import asyncpg
+import numpy as np
+import pytest
+from sqlalchemy import select
+
+from app.store.db import make_engine, make_ledger, make_sessionmaker
+from app.store.ledger import Ledger, LedgerClosed, LedgerError, LedgerWrite
+from app.store.ledger_sqlite import sqlite_path
+from app.store.models import Attempt, DecisionRow, FeedbackEvent, Router, RouterCounter, Tenant
+from tests.conftest import PG_SERVER, Stack
+
+pytestmark = pytest.mark.asyncio
+
+
+class Place:
+    """A tenant and a router to write decisions for, made through the ORM."""
+
+    def __init__(self, stack: Stack) -> None:
+        self.stack = stack
+        self.engine = make_engine(stack.database_url)
+        self.sessions = make_sessionmaker(self.engine)
+        self.tenant_id = 0
+        self.router_id = 0
+
+    async def setup(self) -> None:
+        async with self.sessions() as session:
+            tenant = Tenant(name=f"ledger-{uuid.uuid4().hex[:8]}")
+            session.add(tenant)
+            await session.flush()
+            router = Router(tenant_id=tenant.id, name="main", policy="always", arms=["a", "b"])
+            session.add(router)
+            await session.commit()
+            self.tenant_id, self.router_id = tenant.id, router.id
+
+    def decision(self, **info: object) -> dict[str, object]:
+        return {
+            "id": uuid.uuid4().hex,
+            "tenant_id": self.tenant_id,
+            "router_id": self.router_id,
+            "router_version": 1,
+            "policy": "always",
+            "models": ["a"],
+            "query": [],
+            "scores": {"a": {"index": 0.5}},
+            "info": dict(info),
+            "embedding": np.arange(4, dtype=np.float32).tobytes(),
+            "prompt_hash": "h" * 64,
+            "prompt_chars": 12,
+            "request_metadata": {"team": "x"},
+        }
+
+    def feedback(self, decision_id: str, model: str = "a", kind: str = "cost") -> dict[str, object]:
+        return {
+            "decision_id": decision_id,
+            "tenant_id": self.tenant_id,
+            "router_id": self.router_id,
+            "model": model,
+            "kind": kind,
+            "reward": None,
+            "cost": 0.25,
+            "payload": {"metadata": {"k": 1}},
+        }
+
+    async def counter(self) -> int:
+        async with self.sessions() as session:
+            found = await session.scalar(
+                select(RouterCounter.decisions).where(RouterCounter.router_id == self.router_id)
+            )
+            return int(found or 0)
+
+
+@pytest.fixture
+async def place(stack: Stack) -> AsyncIterator[Place]:
+    place = Place(stack)
+    await place.setup()
+    yield place
+    await place.engine.dispose()
+
+
+@pytest.fixture
+async def ledger(place: Place) -> AsyncIterator[Ledger]:
+    ledger = make_ledger(place.stack.database_url, max_batch=128)
+    yield ledger
+    await ledger.close()
+
+
+async def test_a_write_reads_back_through_the_orm_as_written(place: Place, ledger: Ledger) -> None:
+    decision = place.decision(t=3)
+    attempt = {
+        "decision_id": decision["id"],
+        "model": "a",
+        "number": 1,
+        "outcome": "ok",
+        "http_status": 200,
+        "latency_ms": 1.5,
+        "error": None,
+    }
+    before = datetime.now(UTC)
+    ids = await ledger.write(
+        LedgerWrite(
+            decision=decision,
+            attempts=[attempt],
+            feedback=[place.feedback(str(decision["id"]))],
+            count=(place.router_id, 1, 0),
+        )
+    )
+    assert len(ids) == 1 and isinstance(ids[0], int)
+    async with place.sessions() as session:
+        row = await session.get(DecisionRow, decision["id"])
+        assert row is not None
+        assert row.models == ["a"] and row.query == [] and row.scores == {"a": {"index": 0.5}}
+        assert row.info == {"t": 3} and row.request_metadata == {"team": "x"}
+        assert np.frombuffer(row.embedding, np.float32).tolist() == [0.0, 1.0, 2.0, 3.0]
+        created = row.created_at if row.created_at.tzinfo else row.created_at.replace(tzinfo=UTC)
+        assert abs((created - before).total_seconds()) < 60  # the column's default, filled in
+        attempts = (await session.scalars(select(Attempt).where(Attempt.decision_id == decision["id"]))).all()
+        assert [(a.model, a.number, a.outcome, a.http_status, a.latency_ms) for a in attempts] == [
+            ("a", 1, "ok", 200, 1.5)
+        ]
+        event = await session.get(FeedbackEvent, ids[0])
+        assert event is not None
+        assert (event.decision_id, event.model, event.kind, event.cost) == (decision["id"], "a", "cost", 0.25)
+        assert event.payload == {"metadata": {"k": 1}} and event.row_id is None
+    assert await place.counter() == 1
+    assert ledger.commits == 1
+
+
+async def test_info_keys_merge_into_a_stored_decision(place: Place, ledger: Ledger) -> None:
+    decision = place.decision(t=1, adaptive=True)
+    await ledger.write(LedgerWrite(decision=decision))
+    await ledger.write(LedgerWrite(info=(str(decision["id"]), {"answered_by": "b", "ensemble": ["b", "a"]})))
+    async with place.sessions() as session:
+        row = await session.get(DecisionRow, decision["id"])
+        assert row is not None
+        assert row.info == {"t": 1, "adaptive": True, "answered_by": "b", "ensemble": ["b", "a"]}
+
+
+async def test_a_duplicate_event_gets_no_id_also_within_one_batch(place: Place, ledger: Ledger) -> None:
+    decision = place.decision()
+    await ledger.write(LedgerWrite(decision=decision))
+    did = str(decision["id"])
+    first, second = await asyncio.gather(
+        ledger.write(LedgerWrite(feedback=[place.feedback(did, kind="bandit")])),
+        ledger.write(LedgerWrite(feedback=[place.feedback(did, kind="bandit")])),
+    )
+    assert sorted([first[0] is None, second[0] is None]) == [False, True]
+    again = await ledger.write(
+        LedgerWrite(feedback=[place.feedback(did, kind="bandit"), place.feedback(did, "b")])
+    )
+    assert again[0] is None and isinstance(again[1], int)
+
+
+async def test_concurrent_writes_share_commits_and_every_count_is_kept(place: Place, ledger: Ledger) -> None:
+    """50 writes queued while the database's write lock is taken commit in at most two transactions
+    (the one the writer may have started on the first write, then all the rest), and the router's
+    counter counts all 50."""
+    blocker: sqlite3.Connection | asyncpg.Connection
+    if place.stack.name == "sqlite":
+        blocker = sqlite3.connect(sqlite_path(place.stack.database_url), isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")
+    else:
+        blocker = await asyncpg.connect(place.stack.database_url.replace("postgresql+asyncpg", "postgresql"))
+        await blocker.execute("BEGIN")
+        await blocker.execute(f"SELECT * FROM router_counters WHERE router_id = {place.router_id} FOR UPDATE")
+        await blocker.execute(
+            f"INSERT INTO router_counters VALUES ({place.router_id}, 0, 0) ON CONFLICT DO NOTHING"
+        )
+    writes = [
+        asyncio.ensure_future(
+            ledger.write(LedgerWrite(decision=place.decision(), count=(place.router_id, 1, 0)))
+        )
+        for _ in range(50)
+    ]
+    await asyncio.sleep(0.3)
+    assert not any(w.done() for w in writes)  # nothing is acknowledged before its commit
+    if isinstance(blocker, sqlite3.Connection):
+        blocker.execute("COMMIT")
+        blocker.close()
+    else:
+        await blocker.execute("COMMIT")
+        await blocker.close()
+    await asyncio.gather(*writes)
+    assert 1 <= ledger.commits <= 2
+    assert await place.counter() == 50
+
+
+async def test_a_bad_write_fails_alone(place: Place, ledger: Ledger) -> None:
+    good = [place.decision() for _ in range(5)]
+    orphan = place.feedback("no-such-decision")  # breaks the foreign key to decisions
+    outcomes = await asyncio.gather(
+        *(ledger.write(LedgerWrite(decision=d)) for d in good[:2]),
+        ledger.write(LedgerWrite(feedback=[orphan])),
+        *(ledger.write(LedgerWrite(decision=d)) for d in good[2:]),
+        return_exceptions=True,
+    )
+    assert isinstance(outcomes[2], LedgerError)
+    assert [o for i, o in enumerate(outcomes) if i != 2] == [[]] * 5
+    async with place.sessions() as session:
+        stored = await session.scalars(
+            select(DecisionRow.id).where(DecisionRow.id.in_([d["id"] for d in good]))
+        )
+        assert len(stored.all()) == 5
+
+
+async def test_close_commits_what_is_queued_and_refuses_later_writes(place: Place) -> None:
+    ledger = make_ledger(place.stack.database_url, max_batch=4)
+    decisions = [place.decision() for _ in range(10)]
+    writes = [asyncio.ensure_future(ledger.write(LedgerWrite(decision=d))) for d in decisions]
+    await asyncio.sleep(0)
+    await ledger.close()
+    await asyncio.gather(*writes)
+    with pytest.raises(LedgerClosed):
+        await ledger.write(LedgerWrite(decision=place.decision()))
+    async with place.sessions() as session:
+        ids = [d["id"] for d in decisions]
+        assert len((await session.scalars(select(DecisionRow.id).where(DecisionRow.id.in_(ids)))).all()) == 10
+    assert ledger.commits >= 3  # at most 4 writes a batch
+
+
+async def test_postgres_a_dropped_connection_is_replaced(pg_stack: Stack) -> None:
+    place = Place(pg_stack)
+    await place.setup()
+    ledger = make_ledger(pg_stack.database_url, max_batch=16)
+    try:
+        await ledger.write(LedgerWrite(decision=place.decision()))
+        admin = await asyncpg.connect(PG_SERVER + "/test")
+        try:
+            database = pg_stack.database_url.rsplit("/", 1)[1]
+            killed = await admin.fetchval(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = $1 AND pid <> pg_backend_pid() AND application_name = ''",
+                database,
+            )
+        finally:
+            await admin.close()
+        assert killed >= 1
+        decision = place.decision()
+        await ledger.write(LedgerWrite(decision=decision, count=(place.router_id, 1, 0)))
+        async with place.sessions() as session:
+            assert await session.get(DecisionRow, decision["id"]) is not None
+    finally:
+        await ledger.close()
+        await place.engine.dispose()
