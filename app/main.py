@@ -127,6 +127,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if not settings.log_upstream_requests:
+        logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -63,6 +63,11 @@ class Settings(BaseSettings):
     event_stream_maxlen: int = Field(1_000_000, gt=0, description="approximate cap on the stream's length")
     stream_block_ms: int = Field(500, gt=0, description="XREAD block time of the stream tailer")
     log_level: str = Field("INFO", description="standard logging level")
+    log_upstream_requests: bool = Field(
+        False,
+        description="log httpx's line per upstream call at INFO (off: every attempt is already recorded in "
+        "the attempts table, and the line costs CPU on every forwarded request)",
+    )
     judge_timeout_s: float = Field(
         10.0, gt=0, description="how long a router's judge may take to score an answer"
     )

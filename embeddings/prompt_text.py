@@ -129,17 +129,30 @@ def embedding_texts(prompt: Prompt, rule: EmbedText, tokenizer: PieceTokenizer) 
     """The text(s) to embed for ``prompt`` under ``rule`` (several only for ``chunk-mean``)."""
     turns: list[Turn] = [("user", prompt)] if isinstance(prompt, str) else list(prompt)
     budget = rule.budget(tokenizer)
-    if rule.strategy == "head":
+    if rule.strategy in ("head", "head-tail"):
         text = joined_in_order(turns)
-        return [head(text, tokenizer.spans(text), budget)]
-    if rule.strategy == "head-tail":
-        text = joined_in_order(turns)
-        return [head_tail(text, tokenizer.spans(text), budget)]
+        if fits_untokenized([text], budget):
+            return [text]
+        cut = head if rule.strategy == "head" else head_tail
+        return [cut(text, tokenizer.spans(text), budget)]
     ordered = last_user_first(turns)
+    if fits_untokenized(ordered, budget):  # nothing is cut: every rule keeps the texts whole
+        return ["\n".join(ordered)]
     if rule.strategy == "chunk-mean":
         text = "\n".join(ordered)
         return chunks(text, tokenizer.spans(text), budget)
     return [fill(ordered, tokenizer, budget)]
+
+
+def fits_untokenized(texts: Sequence[str], budget: int) -> bool:
+    """Whether ``texts`` certainly fit in ``budget`` pieces, each with at least one, without tokenizing
+    them (the gateway embeds every request's prompt under its rule, and tokenizing cost more than the
+    rest of a cached embedding's lookup): printable ASCII text has no more pieces than characters (a
+    WordPiece or character piece covers at least one character, and ASCII lowercases one to one), and a
+    text with a visible ASCII character has a piece."""
+    if sum(len(text) for text in texts) > budget:
+        return False
+    return all(text.isascii() and any("!" <= c <= "~" for c in text) for text in texts)
 
 
 def pool(vectors: np.ndarray) -> np.ndarray:

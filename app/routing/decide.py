@@ -183,7 +183,7 @@ async def choose(
     """The decision, not yet written. The router's counter, by the policy's counter use
     (``routers.base.CounterUse``): ``exact``, counted now in the session's transaction, which the caller
     commits (with the decision, ``log_decision``, or alone before forwarding); ``read``, read now without
-    a lock and counted when the decision is written; ``none``, not read, counted when written. So a
+    a lock (on the ledger's connection, ``Ledger.counts``) and counted when the decision is written; ``none``, not read, counted when written. So a
     forwarded request through a policy that needs no exact count commits once, after its call."""
     router = await resolve_router(ctx, tenant, request.router)
     text = prompt_text(ctx, request)
@@ -207,7 +207,7 @@ async def choose(
     if use == "exact":
         decisions_before, query_rounds_before = await count_decision(session, router.id)
     elif use == "read":
-        decisions_before, query_rounds_before = await read_counts(session, router.id)
+        decisions_before, query_rounds_before = await ctx.ledger.counts(router.id)
     decision_id = uuid.uuid4().hex
     context = Context(
         embedding=embedding,
@@ -284,16 +284,3 @@ async def count_decision(session: AsyncSession, router_id: int) -> tuple[int, in
     )
     decisions, query_rounds = (await session.execute(statement)).one()
     return int(decisions) - 1, int(query_rounds)
-
-
-async def read_counts(session: AsyncSession, router_id: int) -> tuple[int, int]:
-    """The router's (decisions, query rounds) as committed, without a lock: decisions still in flight
-    are not in it (a ``read`` policy's round index may repeat under concurrency)."""
-    row = (
-        await session.execute(
-            select(RouterCounter.decisions, RouterCounter.query_rounds).where(
-                RouterCounter.router_id == router_id
-            )
-        )
-    ).one_or_none()
-    return (0, 0) if row is None else (int(row[0]), int(row[1]))

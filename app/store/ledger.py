@@ -64,6 +64,25 @@ class PreparedWrite:
         return sum(len(r) for r in rows) + (3 if self.count else 0) + (2 if self.info else 0)
 
 
+@dataclass(frozen=True)
+class CountsRead:
+    """A router's counter, read on the ledger's connection: (decisions, query rounds) as committed."""
+
+    router_id: int
+
+
+Queued = PreparedWrite | CountsRead
+Counts = tuple[int, int]
+Outcome = list[int | None] | Counts | BaseException  # a write's feedback ids, a read's counts, or its error
+
+
+def split(batch: Sequence[Queued]) -> tuple[list[tuple[int, CountsRead]], list[tuple[int, PreparedWrite]]]:
+    """A batch's counter reads and its writes, each with its position."""
+    reads = [(i, item) for i, item in enumerate(batch) if isinstance(item, CountsRead)]
+    writes = [(i, item) for i, item in enumerate(batch) if isinstance(item, PreparedWrite)]
+    return reads, writes
+
+
 def prepare(write: LedgerWrite, dialect_name: str) -> PreparedWrite:
     """``write``'s rows as ``dialect_name``'s driver parameters."""
     prepared = PreparedWrite(count=write.count)
@@ -113,7 +132,8 @@ class LedgerClosed(LedgerError):
 
 
 class Ledger(ABC):
-    """Group-committed writes; ``commits`` counts the transactions committed (tests, metrics)."""
+    """Group-committed writes, and the one read the request path makes of what it writes (a router's
+    counter, which kNN-UCB reads for its round t); ``commits`` counts the transactions committed."""
 
     dialect: str
     commits: int = 0
@@ -122,6 +142,12 @@ class Ledger(ABC):
     async def write(self, write: LedgerWrite) -> list[int | None]:
         """Commit ``write`` (with whatever other writes are waiting); the ids of its feedback events in
         order, None for a duplicate."""
+
+    @abstractmethod
+    async def counts(self, router_id: int) -> Counts:
+        """The router's (decisions, query rounds) as committed, without a lock (decisions still in
+        flight are not in it), read on the writer's connection with the other reads waiting then: one
+        statement for all of them."""
 
     @abstractmethod
     async def close(self) -> None:

@@ -28,16 +28,21 @@ from app.store.driver_sql import (
     rows_sql,
 )
 from app.store.ledger import (
+    Counts,
+    CountsRead,
     FeedbackKey,
     Ledger,
     LedgerClosed,
     LedgerError,
     LedgerWrite,
+    Outcome,
     PreparedWrite,
+    Queued,
     feedback_ids,
     max_batch_parameters,
     merged_counts,
     prepare,
+    split,
 )
 from app.store.models import Attempt, DecisionRow, FeedbackEvent
 
@@ -54,7 +59,10 @@ def connection_lost(exc: BaseException) -> bool:
     return isinstance(exc, Exception)
 
 
-Queued = tuple[PreparedWrite, "asyncio.Future[list[int | None]]"]
+Item = tuple[Queued, "asyncio.Future[Any]"]
+COUNTS_SQL = (
+    "SELECT router_id, decisions, query_rounds FROM router_counters WHERE router_id = ANY($1::BIGINT[])"
+)
 
 
 def batch_statement(batch: Sequence[PreparedWrite]) -> tuple[str, list[Any]]:
@@ -92,23 +100,36 @@ def batch_statement(batch: Sequence[PreparedWrite]) -> tuple[str, list[Any]]:
     return statement, args
 
 
+def cost(item: Queued) -> int:
+    """An item's parameters in a batch's statements."""
+    return item.parameters if isinstance(item, PreparedWrite) else 1
+
+
 class PostgresLedger(Ledger):
     dialect = "postgresql"
 
     def __init__(self, dsn: str, max_batch: int) -> None:
         self._dsn = dsn
         self._max_batch = max_batch
-        self._queue: asyncio.Queue[Queued | None] = asyncio.Queue()
+        self._queue: asyncio.Queue[Item | None] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self._conn: asyncpg.Connection | None = None
         self._closed = False
         self.commits = 0
 
     async def write(self, write: LedgerWrite) -> list[int | None]:
+        ids: list[int | None] = await self._submit(prepare(write, self.dialect))
+        return ids
+
+    async def counts(self, router_id: int) -> Counts:
+        found: Counts = await self._submit(CountsRead(router_id))
+        return found
+
+    async def _submit(self, item: Queued) -> Any:
         if self._closed:
             raise LedgerClosed("the ledger is closed")
-        future: asyncio.Future[list[int | None]] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait((prepare(write, self.dialect), future))
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait((item, future))
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name="banditgate-ledger")
         # A cancelled caller (a client that went away) does not cancel the write: it is committed.
@@ -133,21 +154,17 @@ class PostgresLedger(Ledger):
             if first is None:
                 break
             batch = [first]
-            parameters = first[0].parameters
+            parameters = cost(first[0])
             while len(batch) < self._max_batch and not self._queue.empty():
                 queued = self._queue.get_nowait()
                 if queued is None:
                     stop = True
                     break
                 batch.append(queued)
-                parameters += queued[0].parameters
+                parameters += cost(queued[0])
                 if parameters > limit:
                     break
-            try:
-                outcomes = await self._commit([write for write, _ in batch])
-            except Exception as exc:  # never leave a caller waiting
-                log.exception("ledger: a batch of %d writes failed", len(batch))
-                outcomes = [LedgerError(f"the write failed: {exc}") for _ in batch]
+            outcomes = await self._serve([item for item, _ in batch])
             for (_, future), outcome in zip(batch, outcomes, strict=True):
                 if future.done():
                     continue
@@ -156,13 +173,33 @@ class PostgresLedger(Ledger):
                 else:
                     future.set_result(outcome)
 
-    async def _commit(self, batch: Sequence[PreparedWrite]) -> list[list[int | None] | BaseException]:
+    async def _serve(self, batch: Sequence[Queued]) -> list[Outcome]:
+        """The batch's reads (one statement, before its writes), then its writes (one statement)."""
+        outcomes: list[Outcome] = [LedgerError("not served") for _ in batch]
+        reads, writes = split(batch)
+        try:
+            if reads:
+                wanted = sorted({read.router_id for _, read in reads})
+                rows = await self._fetch(COUNTS_SQL, [wanted])
+                found = {int(r["router_id"]): (int(r["decisions"]), int(r["query_rounds"])) for r in rows}
+                for i, read in reads:
+                    outcomes[i] = found.get(read.router_id, (0, 0))
+            if writes:
+                committed = await self._commit([write for _, write in writes])
+                for (i, _), outcome in zip(writes, committed, strict=True):
+                    outcomes[i] = outcome
+        except Exception as exc:  # never leave a caller waiting: every item of the batch fails
+            log.exception("ledger: a batch of %d items failed", len(batch))
+            return [LedgerError(f"the ledger failed: {exc}") for _ in batch]
+        return outcomes
+
+    async def _commit(self, batch: Sequence[PreparedWrite]) -> list[Outcome]:
         try:
             return list(await self._statement(batch))
         except asyncpg.PostgresError as exc:
             if len(batch) == 1:
                 return [LedgerError(f"Postgres refused the write: {exc}")]
-        outcomes: list[list[int | None] | BaseException] = []
+        outcomes: list[Outcome] = []
         for write in batch:  # the batch failed: each write alone, so one bad write fails only itself
             try:
                 outcomes.extend(await self._statement([write]))
@@ -172,20 +209,24 @@ class PostgresLedger(Ledger):
 
     async def _statement(self, batch: Sequence[PreparedWrite]) -> list[list[int | None]]:
         sql, args = batch_statement(batch)
-        try:
-            rows = await (await self._connection()).fetch(sql, *args)
-        except Exception as exc:
-            if not connection_lost(exc):
-                raise
-            # A dropped connection fails at the send: nothing of this statement was committed.
-            log.warning("ledger: the connection dropped (%r); sending the batch again", exc)
-            await self._drop()
-            rows = await (await self._connection()).fetch(sql, *args)
+        rows = await self._fetch(sql, args)
         self.commits += 1
         inserted: list[tuple[FeedbackKey, int]] = [
             ((r["decision_id"], r["model"], r["kind"]), int(r["id"])) for r in rows
         ]
         return feedback_ids(batch, inserted)
+
+    async def _fetch(self, sql: str, args: Sequence[Any]) -> list[asyncpg.Record]:
+        """One statement on the writer's connection; sent once more on a fresh one when the connection
+        turns out to be gone (it fails at the send: nothing of the statement was committed)."""
+        try:
+            return await (await self._connection()).fetch(sql, *args)  # type: ignore[no-any-return]
+        except Exception as exc:
+            if not connection_lost(exc):
+                raise
+            log.warning("ledger: the connection dropped (%r); sending the statement again", exc)
+            await self._drop()
+            return await (await self._connection()).fetch(sql, *args)  # type: ignore[no-any-return]
 
     async def _connection(self) -> asyncpg.Connection:
         if self._conn is None or self._conn.is_closed():

@@ -19,22 +19,27 @@ from typing import Any
 
 from app.store.driver_sql import counter_upsert, driver_insert, feedback_insert_sqlite, info_merge
 from app.store.ledger import (
+    Counts,
+    CountsRead,
     FeedbackKey,
     Ledger,
     LedgerClosed,
     LedgerError,
     LedgerWrite,
+    Outcome,
     PreparedWrite,
+    Queued,
     feedback_ids,
     merged_counts,
     prepare,
+    split,
 )
 from app.store.models import Attempt, DecisionRow
 
 log = logging.getLogger(__name__)
 
-Outcome = list[int | None] | BaseException
-Queued = tuple[PreparedWrite, asyncio.AbstractEventLoop, "asyncio.Future[list[int | None]]"]
+Item = tuple[Queued, asyncio.AbstractEventLoop, "asyncio.Future[Any]"]
+COUNTS_SQL = "SELECT router_id, decisions, query_rounds FROM router_counters WHERE router_id IN ({})"
 
 
 def sqlite_path(url: str) -> str:
@@ -60,19 +65,27 @@ class SqliteLedger(Ledger):
     def __init__(self, path: str, max_batch: int, busy_timeout_s: float = 30.0) -> None:
         self._conn = connect(path, busy_timeout_s)
         self._max_batch = max_batch
-        self._queue: queue.SimpleQueue[Queued | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Item | None] = queue.SimpleQueue()
         self._closed = False
         self.commits = 0
         self._thread = threading.Thread(target=self._run, name="banditgate-ledger", daemon=True)
         self._thread.start()
 
     async def write(self, write: LedgerWrite) -> list[int | None]:
+        ids: list[int | None] = await self._submit(prepare(write, self.dialect))
+        return ids
+
+    async def counts(self, router_id: int) -> Counts:
+        found: Counts = await self._submit(CountsRead(router_id))
+        return found
+
+    async def _submit(self, item: Queued) -> Any:
         if self._closed:
             raise LedgerClosed("the ledger is closed")
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[list[int | None]] = loop.create_future()
-        self._queue.put((prepare(write, self.dialect), loop, future))
-        # A cancelled caller (a client that went away) does not cancel the write: it is committed.
+        future: asyncio.Future[Any] = loop.create_future()
+        self._queue.put((item, loop, future))
+        # A cancelled caller (a client that went away) does not cancel a write: it is committed.
         return await future
 
     async def close(self) -> None:
@@ -99,16 +112,31 @@ class SqliteLedger(Ledger):
                         stop = True
                         break
                     batch.append(queued)
-                try:
-                    outcomes = self._commit([write for write, _, _ in batch])
-                except Exception as exc:  # never leave a caller waiting: every write of the batch fails
-                    log.exception("ledger: a batch of %d writes failed", len(batch))
-                    outcomes = [LedgerError(f"the write failed: {exc}") for _ in batch]
-                    with contextlib.suppress(sqlite3.Error):
-                        self._rollback()
-                _deliver(batch, outcomes)
+                _deliver(batch, self._serve([item for item, _, _ in batch]))
         finally:
             self._conn.close()
+
+    def _serve(self, batch: Sequence[Queued]) -> list[Outcome]:
+        """The batch's reads (one statement, before its writes), then its writes (one transaction)."""
+        outcomes: list[Outcome] = [LedgerError("not served") for _ in batch]
+        reads, writes = split(batch)
+        try:
+            if reads:
+                wanted = sorted({read.router_id for _, read in reads})
+                rows = self._conn.execute(COUNTS_SQL.format(", ".join("?" * len(wanted))), wanted)
+                found = {int(r): (int(d), int(q)) for r, d, q in rows}
+                for i, read in reads:
+                    outcomes[i] = found.get(read.router_id, (0, 0))
+            if writes:
+                committed = self._commit([write for _, write in writes])
+                for (i, _), outcome in zip(writes, committed, strict=True):
+                    outcomes[i] = outcome
+        except Exception as exc:  # never leave a caller waiting: every item of the batch fails
+            log.exception("ledger: a batch of %d items failed", len(batch))
+            with contextlib.suppress(sqlite3.Error):
+                self._rollback()
+            return [LedgerError(f"the ledger failed: {exc}") for _ in batch]
+        return outcomes
 
     def _commit(self, batch: Sequence[PreparedWrite]) -> list[Outcome]:
         try:
@@ -157,7 +185,7 @@ class SqliteLedger(Ledger):
         return feedback_ids(batch, inserted)
 
 
-def _deliver(batch: Sequence[Queued], outcomes: Sequence[Outcome]) -> None:
+def _deliver(batch: Sequence[Item], outcomes: Sequence[Outcome]) -> None:
     """Hand each outcome to its caller's loop: one wake-up per loop per batch."""
     by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Outcome]]] = {}
     for (_, loop, future), outcome in zip(batch, outcomes, strict=True):

@@ -253,3 +253,21 @@ async def test_postgres_a_dropped_connection_is_replaced(pg_stack: Stack) -> Non
     finally:
         await ledger.close()
         await place.engine.dispose()
+
+
+async def test_counts_read_what_was_committed_and_zero_for_a_router_never_counted(
+    place: Place, ledger: Ledger
+) -> None:
+    assert await ledger.counts(place.router_id) == (0, 0)
+    await ledger.write(LedgerWrite(decision=place.decision(), count=(place.router_id, 1, 1)))
+    await ledger.write(LedgerWrite(decision=place.decision(), count=(place.router_id, 1, 0)))
+    assert await ledger.counts(place.router_id) == (2, 1)
+    # reads queued with writes are answered in the same batch, each read seeing what was committed
+    # before its batch
+    mixed = await asyncio.gather(
+        ledger.counts(place.router_id),
+        ledger.write(LedgerWrite(decision=place.decision(), count=(place.router_id, 1, 0))),
+        ledger.counts(place.router_id + 10_000),
+    )
+    assert mixed[0] in {(2, 1), (3, 1)} and mixed[1] == [] and mixed[2] == (0, 0)
+    assert await ledger.counts(place.router_id) == (3, 1)

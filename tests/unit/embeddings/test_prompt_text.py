@@ -102,3 +102,53 @@ def test_config_round_trips_and_rejects_bad_values() -> None:
             EmbedText.from_config(bad)
     with pytest.raises(EmbedTextError):
         EmbedText.parse("head:many")
+
+
+def _random_turns(rng: np.random.Generator) -> list[tuple[str, str]]:
+    """Chat turns of random printable ASCII words, punctuation and the odd blank or space-only turn."""
+    alphabet = list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.,;:!?'\"()-#")
+    turns = []
+    for _ in range(int(rng.integers(1, 5))):
+        words = [
+            "".join(rng.choice(alphabet, size=int(rng.integers(1, 12))))
+            for _ in range(int(rng.integers(0, 40)))
+        ]
+        role = str(rng.choice(["system", "user", "assistant"]))
+        turns.append((role, " ".join(words) if words else "  "))
+    return turns
+
+
+@pytest.mark.parametrize("tokenizer_name", ["minilm", "chars"])
+def test_texts_that_fit_skip_the_tokenizer_and_get_what_tokenizing_gives(
+    tokenizer_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``fits_untokenized`` (printable ASCII within the budget in characters) gives, for every strategy
+    and budget, the texts the tokenizer-driven cut gives; 400 random chats, the real MiniLM tokenizer."""
+    import embeddings.prompt_text as prompt_text
+    from embeddings.minilm import load_wordpieces
+
+    tokenizer = load_wordpieces() if tokenizer_name == "minilm" else CharPieces()
+    rng = np.random.default_rng(13)
+    fast_taken = 0
+    for _ in range(400):
+        turns = _random_turns(rng)
+        rule = EmbedText(
+            str(rng.choice(["head", "head-tail", "last-user-first", "chunk-mean"])), int(rng.integers(8, 300))
+        )
+        fast = embedding_texts(turns, rule, tokenizer)
+        fits = prompt_text.fits_untokenized(last_user_first(turns), rule.budget(tokenizer))
+        with monkeypatch.context() as patched:
+            patched.setattr(prompt_text, "fits_untokenized", lambda texts, budget: False)
+            slow = embedding_texts(turns, rule, tokenizer)
+        assert fast == slow, (turns, rule)
+        fast_taken += fits
+    assert fast_taken > 50  # the property was exercised on the fast path, not only on the cut
+
+
+def test_non_ascii_or_invisible_texts_are_tokenized() -> None:
+    from embeddings.prompt_text import fits_untokenized
+
+    assert fits_untokenized(["What is 2+2?"], 12)
+    assert not fits_untokenized(["What is 2+2?"], 11)  # more characters than the budget
+    assert not fits_untokenized(["café"], 100)  # not ASCII
+    assert not fits_untokenized(["ok", "\x01\x02"], 100)  # a text with no visible character may have no piece
