@@ -138,16 +138,23 @@ class Ledger(ABC):
     dialect: str
     commits: int = 0
 
-    @abstractmethod
     async def write(self, write: LedgerWrite) -> list[int | None]:
         """Commit ``write`` (with whatever other writes are waiting); the ids of its feedback events in
         order, None for a duplicate."""
+        ids: list[int | None] = await self._submit(prepare(write, self.dialect))
+        return ids
 
-    @abstractmethod
     async def counts(self, router_id: int) -> Counts:
         """The router's (decisions, query rounds) as committed, without a lock (decisions still in
         flight are not in it), read on the writer's connection with the other reads waiting then: one
         statement for all of them."""
+        found: Counts = await self._submit(CountsRead(router_id))
+        return found
+
+    @abstractmethod
+    async def _submit(self, item: Queued) -> Any:
+        """Queue ``item`` for the writer and wait for its outcome (raised when it is an error). A
+        cancelled caller (a client that went away) does not cancel a write: it is committed."""
 
     @abstractmethod
     async def close(self) -> None:

@@ -28,20 +28,16 @@ from app.store.driver_sql import (
     rows_sql,
 )
 from app.store.ledger import (
-    Counts,
-    CountsRead,
     FeedbackKey,
     Ledger,
     LedgerClosed,
     LedgerError,
-    LedgerWrite,
     Outcome,
     PreparedWrite,
     Queued,
     feedback_ids,
     max_batch_parameters,
     merged_counts,
-    prepare,
     split,
 )
 from app.store.models import Attempt, DecisionRow, FeedbackEvent
@@ -116,14 +112,6 @@ class PostgresLedger(Ledger):
         self._conn: asyncpg.Connection | None = None
         self._closed = False
         self.commits = 0
-
-    async def write(self, write: LedgerWrite) -> list[int | None]:
-        ids: list[int | None] = await self._submit(prepare(write, self.dialect))
-        return ids
-
-    async def counts(self, router_id: int) -> Counts:
-        found: Counts = await self._submit(CountsRead(router_id))
-        return found
 
     async def _submit(self, item: Queued) -> Any:
         if self._closed:

@@ -19,19 +19,15 @@ from typing import Any
 
 from app.store.driver_sql import counter_upsert, driver_insert, feedback_insert_sqlite, info_merge
 from app.store.ledger import (
-    Counts,
-    CountsRead,
     FeedbackKey,
     Ledger,
     LedgerClosed,
     LedgerError,
-    LedgerWrite,
     Outcome,
     PreparedWrite,
     Queued,
     feedback_ids,
     merged_counts,
-    prepare,
     split,
 )
 from app.store.models import Attempt, DecisionRow
@@ -71,21 +67,12 @@ class SqliteLedger(Ledger):
         self._thread = threading.Thread(target=self._run, name="banditgate-ledger", daemon=True)
         self._thread.start()
 
-    async def write(self, write: LedgerWrite) -> list[int | None]:
-        ids: list[int | None] = await self._submit(prepare(write, self.dialect))
-        return ids
-
-    async def counts(self, router_id: int) -> Counts:
-        found: Counts = await self._submit(CountsRead(router_id))
-        return found
-
     async def _submit(self, item: Queued) -> Any:
         if self._closed:
             raise LedgerClosed("the ledger is closed")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         self._queue.put((item, loop, future))
-        # A cancelled caller (a client that went away) does not cancel a write: it is committed.
         return await future
 
     async def close(self) -> None:
