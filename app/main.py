@@ -49,9 +49,11 @@ from app.settings import Settings
 from app.state import PolicyStates
 from app.store.db import make_engine, make_ledger, make_sessionmaker
 from embeddings.registry import load_embedder
+from routers.neighbors import set_search_threads
 
 
 async def open_context(settings: Settings) -> AppContext:
+    set_search_threads(settings.search_threads)
     engine = make_engine(settings.database_url, settings.db_pool_recycle_s)
     sessionmaker = make_sessionmaker(engine)
     redis: Redis | None = None

@@ -52,6 +52,13 @@ class Settings(BaseSettings):
     db_pool_recycle_s: float = Field(
         300.0, gt=0, description="pooled database connections older than this are replaced on checkout"
     )
+    search_threads: int = Field(
+        1,
+        ge=1,
+        le=256,
+        description="FAISS OpenMP threads of a gateway process (kNN routers search one prompt at a time; "
+        "more threads spin on the cores the database and the other requests need)",
+    )
     ledger_max_batch: int = Field(
         128,
         ge=1,

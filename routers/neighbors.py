@@ -53,6 +53,13 @@ Memory = Literal["window", "reservoir"]
 MEMORIES: tuple[str, ...] = ("window", "reservoir")
 
 
+def set_search_threads(threads: int) -> None:
+    """FAISS's OpenMP threads for this process. A service searches one query at a time, where threads
+    only add their start-up and spin-wait after each search (on cores the rest of the service needs);
+    bulk offline work may want more."""
+    faiss.omp_set_num_threads(threads)
+
+
 def _grow(array: np.ndarray, size: int) -> np.ndarray:
     if size <= array.shape[0]:
         return array

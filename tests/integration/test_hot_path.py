@@ -108,3 +108,17 @@ async def test_a_dropped_database_connection_costs_a_retry_not_an_error(pg_stack
         logged = await client.get(f"/admin/decisions/{decision_id}", headers=admin_headers())
         assert logged.status_code == 200
         assert [e["reward"] for e in logged.json()["feedback"]] == [1.0]
+
+
+async def test_the_gateway_sets_faiss_search_threads_from_its_settings(sqlite_stack: Stack) -> None:
+    """``search_threads`` (default 1) is FAISS's OpenMP thread count once the app has started: a kNN
+    search of one prompt gains nothing from threads that then spin on the database's cores."""
+    import faiss
+
+    try:
+        async with running(create_app(sqlite_stack.settings(search_threads=2))):
+            assert faiss.omp_get_max_threads() == 2
+        async with running(create_app(sqlite_stack.settings())):
+            assert faiss.omp_get_max_threads() == 1
+    finally:
+        faiss.omp_set_num_threads(1)
