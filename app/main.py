@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -135,6 +136,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.ctx = await open_context(settings)
+        if settings.gc_freeze:
+            gc.freeze()  # what started up lives as long as the process: no collection need walk it
         try:
             yield
         finally:

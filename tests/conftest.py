@@ -86,6 +86,9 @@ class Stack:
             "event_stream": TEST_STREAM,
             # Likewise the rate limiter's Redis keys: every session's clients share the address 127.0.0.1.
             "rate_limit_prefix": f"{TEST_STREAM}:ratelimit",
+            # One pytest process starts hundreds of apps: frozen, their objects would never be collected
+            # (tests/integration/test_hot_path.py checks the freeze itself).
+            "gc_freeze": False,
         }
         values.update(overrides)
         return Settings(**values)  # type: ignore[arg-type]

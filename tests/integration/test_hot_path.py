@@ -122,3 +122,19 @@ async def test_the_gateway_sets_faiss_search_threads_from_its_settings(sqlite_st
             assert faiss.omp_get_max_threads() == 1
     finally:
         faiss.omp_set_num_threads(1)
+
+
+async def test_the_objects_alive_after_start_up_are_frozen_out_of_the_collector(sqlite_stack: Stack) -> None:
+    """With ``gc_freeze`` (the default) a full collection no longer walks what start-up made; the test
+    settings turn it off (a test process starts hundreds of apps), so it is switched on here."""
+    import gc
+
+    assert gc.get_freeze_count() == 0
+    try:
+        async with running(create_app(sqlite_stack.settings(gc_freeze=True))):
+            frozen = gc.get_freeze_count()
+            assert frozen > 10_000  # the app, its libraries and the embedder's objects
+    finally:
+        gc.unfreeze()
+    async with running(create_app(sqlite_stack.settings())):
+        assert gc.get_freeze_count() == 0
