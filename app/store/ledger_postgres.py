@@ -46,13 +46,14 @@ log = logging.getLogger(__name__)
 
 
 def connection_lost(exc: BaseException) -> bool:
-    """Whether ``exc`` says the connection is gone rather than that the server refused the statement:
-    the client's own errors (a closed socket, a protocol left mid-operation by a kill) and the server's
-    connection-exception (08) and operator-intervention (57: a terminated backend) classes."""
+    """Whether ``exc`` says the connection is gone rather than that the statement was refused: the
+    server's connection-exception (08) and operator-intervention (57: a terminated backend) classes,
+    a socket error, and the client's own state errors (a closed connection, a protocol left
+    mid-operation by a kill). A value the driver cannot encode is a ``DataError``: refused, not lost."""
     if isinstance(exc, asyncpg.PostgresError):
         state = str(getattr(exc, "sqlstate", "") or "")
         return state.startswith(("08", "57"))
-    return isinstance(exc, Exception)
+    return isinstance(exc, OSError | asyncpg.InterfaceError | asyncpg.InternalClientError)
 
 
 Item = tuple[Queued, "asyncio.Future[Any]"]

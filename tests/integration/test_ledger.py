@@ -271,3 +271,28 @@ async def test_counts_read_what_was_committed_and_zero_for_a_router_never_counte
     )
     assert mixed[0] in {(2, 1), (3, 1)} and mixed[1] == [] and mixed[2] == (0, 0)
     assert await ledger.counts(place.router_id) == (3, 1)
+
+
+async def test_postgres_a_value_the_driver_cannot_encode_fails_only_its_write(pg_stack: Stack) -> None:
+    place = Place(pg_stack)
+    await place.setup()
+    ledger = make_ledger(pg_stack.database_url, max_batch=16)
+    try:
+        bad = {**place.decision(), "prompt_chars": 2**40}  # an INTEGER column
+        good = [place.decision() for _ in range(3)]
+        outcomes = await asyncio.gather(
+            ledger.write(LedgerWrite(decision=good[0])),
+            ledger.write(LedgerWrite(decision=bad)),
+            *(ledger.write(LedgerWrite(decision=d)) for d in good[1:]),
+            return_exceptions=True,
+        )
+        assert isinstance(outcomes[1], LedgerError)
+        assert [outcomes[0], *outcomes[2:]] == [[], [], []]
+        async with place.sessions() as session:
+            ids = [d["id"] for d in good]
+            assert (
+                len((await session.scalars(select(DecisionRow.id).where(DecisionRow.id.in_(ids)))).all()) == 3
+            )
+    finally:
+        await ledger.close()
+        await place.engine.dispose()
