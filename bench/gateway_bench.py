@@ -17,7 +17,10 @@ For every system, in alternation (round r measures each system once before round
   latency and the *overhead* p50 = that p50 minus the upstream's own p50 measured in the same round;
 - throughput: ``--seconds`` seconds at ``--concurrency`` requests in flight; requests per second;
 - server CPU per request: user + system CPU of the server's process tree during the throughput run
-  (``/proc/<pid>/stat``), divided by the requests it answered.
+  (``/proc/<pid>/stat``), divided by the requests it answered;
+- the tail of the sequential run: its p99 (nearest rank) and its slowest request, the request's own
+  latency (not net of the upstream), the worst round's; a stop of the server's event loop (a full
+  garbage collection, say) shows here and not in a median: run ``--sequential`` in thousands to see one.
 
 With ``--route-only`` each gateway is also measured on ``POST /route`` (no forwarding); with
 ``--feedback`` on ``POST /feedback``, a reward for a fresh decision per request (made through ``/route``
@@ -39,6 +42,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import signal
 import statistics
@@ -376,9 +380,18 @@ def measure(system: System, prompts: list[str], args: argparse.Namespace) -> dic
     cpu = tree_cpu_seconds(system.pid) - cpu_before
     return {
         "p50_ms": statistics.median(latencies),
+        "p99_ms": percentile(latencies, 99),
+        "max_ms": max(latencies),
         "req_per_s": count / elapsed,
         "cpu_ms_per_req": 1000 * cpu / max(count, 1),
     }
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q``-th percentile, nearest rank (an observed value: a stop of the event loop shows as it was)."""
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), math.ceil(q / 100 * len(ordered))))
+    return ordered[rank - 1]
 
 
 def on_postgres(server: str, work: Callable[[Any], Awaitable[T]]) -> T:
@@ -552,6 +565,9 @@ def summarise(
             "overhead_p50_ms": statistics.median(overheads),
             "req_per_s": statistics.median(r[name]["req_per_s"] for r in rounds),
             "cpu_ms_per_req": statistics.median(r[name]["cpu_ms_per_req"] for r in rounds),
+            # the tail is the request's own latency (not net of the upstream): the worst round's
+            "p99_ms": max(r[name].get("p99_ms", float("nan")) for r in rounds),
+            "max_ms": max(r[name].get("max_ms", float("nan")) for r in rounds),
         }
     for name, row in out.items():
         base = out[bare_of.get(name, name)]
@@ -564,13 +580,14 @@ def summarise(
 
 def format_table(summary: dict[str, dict[str, float]], settings: dict[str, str]) -> str:
     lines = [
-        "| system | overhead p50 ms | x bare | req/s | x bare | server CPU ms/req |",
-        "|---|---|---|---|---|---|",
+        "| system | overhead p50 ms | x bare | req/s | x bare | server CPU ms/req | p99 ms | max ms |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for name, row in summary.items():
         lines.append(
             f"| {name} | {row['overhead_p50_ms']:.2f} | {row['overhead_x_bare']:.2f} | {row['req_per_s']:.0f} | "
-            f"{row['req_per_s_x_bare']:.2f} | {row['cpu_ms_per_req']:.2f} |"
+            f"{row['req_per_s_x_bare']:.2f} | {row['cpu_ms_per_req']:.2f} | {row['p99_ms']:.1f} | "
+            f"{row['max_ms']:.1f} |"
         )
     lines.append("")
     lines.append("durability: " + ", ".join(f"{k}={v}" for k, v in settings.items()))

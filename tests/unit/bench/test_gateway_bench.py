@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from bench.gateway_bench import summarise, tree_cpu_seconds
+from bench.gateway_bench import percentile, summarise, tree_cpu_seconds
 
 
 def test_overheads_are_medians_net_of_the_upstream_and_ratios_are_against_the_bare_proxy() -> None:
@@ -14,17 +14,17 @@ def test_overheads_are_medians_net_of_the_upstream_and_ratios_are_against_the_ba
         {
             "up": {"p50_ms": 1.0, "req_per_s": 900, "cpu_ms_per_req": 0.3},
             "bare": {"p50_ms": 3.0, "req_per_s": 600, "cpu_ms_per_req": 1.0},
-            "gw": {"p50_ms": 9.0, "req_per_s": 100, "cpu_ms_per_req": 9.0},
+            "gw": {"p50_ms": 9.0, "req_per_s": 100, "cpu_ms_per_req": 9.0, "p99_ms": 30.0, "max_ms": 400.0},
         },
         {
             "up": {"p50_ms": 2.0, "req_per_s": 800, "cpu_ms_per_req": 0.4},
             "bare": {"p50_ms": 4.0, "req_per_s": 500, "cpu_ms_per_req": 1.2},
-            "gw": {"p50_ms": 7.0, "req_per_s": 200, "cpu_ms_per_req": 7.0},
+            "gw": {"p50_ms": 7.0, "req_per_s": 200, "cpu_ms_per_req": 7.0, "p99_ms": 20.0, "max_ms": 25.0},
         },
         {
             "up": {"p50_ms": 1.5, "req_per_s": 700, "cpu_ms_per_req": 0.2},
             "bare": {"p50_ms": 3.5, "req_per_s": 400, "cpu_ms_per_req": 1.1},
-            "gw": {"p50_ms": 11.5, "req_per_s": 150, "cpu_ms_per_req": 8.0},
+            "gw": {"p50_ms": 11.5, "req_per_s": 150, "cpu_ms_per_req": 8.0, "p99_ms": 40.0, "max_ms": 41.0},
         },
     ]
     out = summarise(rounds, "up", {"gw": "bare"})  # the gateway against the bare proxy of its parser
@@ -33,6 +33,14 @@ def test_overheads_are_medians_net_of_the_upstream_and_ratios_are_against_the_ba
     assert out["gw"]["overhead_x_bare"] == 4.0
     assert out["gw"]["req_per_s"] == 150 and out["gw"]["req_per_s_x_bare"] == pytest.approx(150 / 500)
     assert out["gw"]["cpu_ms_per_req"] == 8.0
+    assert out["gw"]["p99_ms"] == 40.0 and out["gw"]["max_ms"] == 400.0  # the worst round's tail
+
+
+def test_the_p99_is_an_observed_latency_by_nearest_rank() -> None:
+    latencies = [float(i) for i in range(1, 201)]  # 1..200 ms
+    assert percentile(latencies, 99) == 198.0  # rank ceil(0.99 * 200) = 198
+    assert percentile(latencies, 50) == 100.0
+    assert percentile([5.0, 350.0, 4.0], 99) == 350.0  # one stop of the loop is the tail of three
 
 
 def test_tree_cpu_counts_this_process() -> None:
