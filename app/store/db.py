@@ -18,7 +18,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.store.ledger import Ledger
 from app.store.ledger_postgres import PostgresLedger
-from app.store.ledger_sqlite import SqliteLedger, sqlite_path
+from app.store.ledger_sqlite import SqliteLedger
+from app.store.sqlite_settings import BUSY_TIMEOUT_S, apply_pragmas, sqlite_path
 
 DEFAULT_RECYCLE_S = 300.0
 
@@ -26,7 +27,7 @@ DEFAULT_RECYCLE_S = 300.0
 def make_engine(url: str, pool_recycle_s: float = DEFAULT_RECYCLE_S) -> AsyncEngine:
     kwargs: dict[str, Any]
     if url.startswith("sqlite"):
-        kwargs = {"connect_args": {"timeout": 30}}
+        kwargs = {"connect_args": {"timeout": BUSY_TIMEOUT_S}}
     else:
         kwargs = {"pool_size": 10, "max_overflow": 20, "pool_recycle": pool_recycle_s}
     engine = create_async_engine(url, **kwargs)
@@ -34,11 +35,7 @@ def make_engine(url: str, pool_recycle_s: float = DEFAULT_RECYCLE_S) -> AsyncEng
 
         @event.listens_for(engine.sync_engine, "connect")
         def _sqlite_pragmas(dbapi_conn: Any, _: Any) -> None:
-            cur = dbapi_conn.cursor()
-            cur.execute("PRAGMA journal_mode=WAL")
-            cur.execute("PRAGMA foreign_keys=ON")
-            cur.execute("PRAGMA synchronous=NORMAL")
-            cur.close()
+            apply_pragmas(dbapi_conn)
 
     return engine
 

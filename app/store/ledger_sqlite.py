@@ -2,8 +2,8 @@
 
 A write is one put on a queue and one wake-up of the event loop when its batch is committed; the
 thread takes every write queued at that moment into one ``BEGIN IMMEDIATE`` ... ``COMMIT``. The
-connection has the engine's pragmas (app/store/db.py: WAL, ``synchronous=NORMAL``, foreign keys on) and
-its busy timeout, so it takes SQLite's one write lock in turn with the app's sessions.
+connection has the engine's pragmas and busy timeout (app/store/sqlite_settings.py), so it takes
+SQLite's one write lock in turn with the app's sessions.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from app.store.ledger import (
     split,
 )
 from app.store.models import Attempt, DecisionRow
+from app.store.sqlite_settings import BUSY_TIMEOUT_S, apply_pragmas
 
 log = logging.getLogger(__name__)
 
@@ -38,27 +39,17 @@ Item = tuple[Queued, asyncio.AbstractEventLoop, "asyncio.Future[Any]"]
 COUNTS_SQL = "SELECT router_id, decisions, query_rounds FROM router_counters WHERE router_id IN ({})"
 
 
-def sqlite_path(url: str) -> str:
-    """The file of a ``sqlite+aiosqlite:///path`` URL."""
-    _, _, path = url.partition(":///")
-    if not path or path.startswith(":memory:"):
-        raise ValueError(f"the ledger needs a SQLite file, not {url!r}")
-    return path.split("?", 1)[0]
-
-
 def connect(path: str, busy_timeout_s: float) -> sqlite3.Connection:
     """A connection with the engine's pragmas, in autocommit mode (the ledger issues BEGIN itself)."""
     conn = sqlite3.connect(path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA foreign_keys=ON")
-    conn.execute("PRAGMA synchronous=NORMAL")
+    apply_pragmas(conn)
     return conn
 
 
 class SqliteLedger(Ledger):
     dialect = "sqlite"
 
-    def __init__(self, path: str, max_batch: int, busy_timeout_s: float = 30.0) -> None:
+    def __init__(self, path: str, max_batch: int, busy_timeout_s: float = BUSY_TIMEOUT_S) -> None:
         self._conn = connect(path, busy_timeout_s)
         self._max_batch = max_batch
         self._queue: queue.SimpleQueue[Item | None] = queue.SimpleQueue()

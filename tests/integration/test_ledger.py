@@ -17,8 +17,8 @@ from sqlalchemy import select
 
 from app.store.db import make_engine, make_ledger, make_sessionmaker
 from app.store.ledger import Ledger, LedgerClosed, LedgerError, LedgerWrite
-from app.store.ledger_sqlite import sqlite_path
 from app.store.models import Attempt, DecisionRow, FeedbackEvent, Router, RouterCounter, Tenant
+from app.store.sqlite_settings import sqlite_path
 from tests.conftest import PG_SERVER, Stack
 
 pytestmark = pytest.mark.asyncio
