@@ -161,3 +161,12 @@ def info_merge(dialect_name: str, count: int = 1, offset: int = 0) -> str:
         f"UPDATE {table} AS t SET info = (COALESCE(t.info::jsonb, '{{}}'::jsonb) || v.keys)::json "
         f"FROM (VALUES {values}) AS v(id, keys) WHERE t.id = v.id"
     )
+
+
+def counts_select(dialect_name: str, routers: int = 1) -> str:
+    """Routers' counters (router_id, decisions, query_rounds): SQLite takes ``routers`` ids as
+    parameters, Postgres one array."""
+    head = f"SELECT router_id, decisions, query_rounds FROM {RouterCounter.__tablename__} WHERE router_id"
+    if dialect_name == "postgresql":
+        return f"{head} = ANY($1::BIGINT[])"
+    return f"{head} IN ({', '.join('?' * routers)})"

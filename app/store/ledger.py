@@ -20,11 +20,12 @@ one asyncpg connection, one statement per batch (data-modifying CTEs, one round 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from app.store.driver_sql import model_params
 from app.store.models import Attempt, DecisionRow, FeedbackEvent
@@ -161,6 +162,66 @@ class Ledger(ABC):
         """Commit what is queued, then stop."""
 
 
-def max_batch_parameters(dialect_name: str) -> int:
-    """The most parameters one batch's statements may take (Postgres: 32,767 per statement)."""
-    return 30_000 if dialect_name == "postgresql" else 1_000_000
+def parameters_of(item: Queued) -> int:
+    """An item's parameters in a batch's statements."""
+    return item.parameters if isinstance(item, PreparedWrite) else 1
+
+
+Entry = TypeVar("Entry", bound=tuple[Any, ...])  # a writer's queue entry: (item, ..., its future)
+
+
+def drain(
+    first: Entry,
+    get_nowait: Callable[[], Entry | None],
+    empty: type[Exception],
+    max_items: int,
+    max_parameters: int | None = None,
+) -> tuple[list[Entry], bool]:
+    """``first`` and whatever is queued behind it now (``get_nowait`` raising ``empty`` when nothing
+    is), up to ``max_items`` entries and ``max_parameters`` parameters; and whether the close marker
+    (None) was taken, after which the writer stops once this batch is served."""
+    batch = [first]
+    parameters = parameters_of(first[0])
+    while len(batch) < max_items and (max_parameters is None or parameters <= max_parameters):
+        try:
+            queued = get_nowait()
+        except empty:
+            break
+        if queued is None:
+            return batch, True
+        batch.append(queued)
+        parameters += parameters_of(queued[0])
+    return batch, False
+
+
+def counts_found(reads: Sequence[tuple[int, CountsRead]]) -> list[int]:
+    """The routers a batch's reads ask about, each once, in id order."""
+    return sorted({read.router_id for _, read in reads})
+
+
+def answered(
+    size: int,
+    reads: Sequence[tuple[int, CountsRead]],
+    found: Mapping[int, Counts],
+    writes: Sequence[tuple[int, PreparedWrite]],
+    committed: Sequence[Outcome],
+) -> list[Outcome]:
+    """Each item's outcome in the batch's order: a read's counts ((0, 0) for a router never counted),
+    a write's feedback ids or error."""
+    outcomes: list[Outcome] = [LedgerError("not served") for _ in range(size)]
+    for i, read in reads:
+        outcomes[i] = found.get(read.router_id, (0, 0))
+    for (i, _), outcome in zip(writes, committed, strict=True):
+        outcomes[i] = outcome
+    return outcomes
+
+
+def settle(pairs: Iterable[tuple[asyncio.Future[Any], Outcome]]) -> None:
+    """Hand each outcome to its waiting caller (a caller that went away has a done future: skipped)."""
+    for future, outcome in pairs:
+        if future.done():
+            continue
+        if isinstance(outcome, BaseException):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)

@@ -23,11 +23,13 @@ from app.store.driver_sql import (
     FEEDBACK_CONFLICT,
     counter_upsert,
     counter_values_pg,
+    counts_select,
     driver_insert,
     info_merge,
     rows_sql,
 )
 from app.store.ledger import (
+    Counts,
     FeedbackKey,
     Ledger,
     LedgerClosed,
@@ -35,9 +37,12 @@ from app.store.ledger import (
     Outcome,
     PreparedWrite,
     Queued,
+    answered,
+    counts_found,
+    drain,
     feedback_ids,
-    max_batch_parameters,
     merged_counts,
+    settle,
     split,
 )
 from app.store.models import Attempt, DecisionRow, FeedbackEvent
@@ -57,9 +62,7 @@ def connection_lost(exc: BaseException) -> bool:
 
 
 Item = tuple[Queued, "asyncio.Future[Any]"]
-COUNTS_SQL = (
-    "SELECT router_id, decisions, query_rounds FROM router_counters WHERE router_id = ANY($1::BIGINT[])"
-)
+MAX_PARAMETERS = 30_000  # a batch's statement takes at most 32,767
 
 
 def batch_statement(batch: Sequence[PreparedWrite]) -> tuple[str, list[Any]]:
@@ -97,11 +100,6 @@ def batch_statement(batch: Sequence[PreparedWrite]) -> tuple[str, list[Any]]:
     return statement, args
 
 
-def cost(item: Queued) -> int:
-    """An item's parameters in a batch's statements."""
-    return item.parameters if isinstance(item, PreparedWrite) else 1
-
-
 class PostgresLedger(Ledger):
     dialect = "postgresql"
 
@@ -112,7 +110,6 @@ class PostgresLedger(Ledger):
         self._task: asyncio.Task[None] | None = None
         self._conn: asyncpg.Connection | None = None
         self._closed = False
-        self.commits = 0
 
     async def _submit(self, item: Queued) -> Any:
         if self._closed:
@@ -136,51 +133,30 @@ class PostgresLedger(Ledger):
                 await self._conn.close(timeout=5)
 
     async def _run(self) -> None:
-        limit = max_batch_parameters(self.dialect)
         stop = False
         while not stop:
             first = await self._queue.get()
             if first is None:
                 break
-            batch = [first]
-            parameters = cost(first[0])
-            while len(batch) < self._max_batch and not self._queue.empty():
-                queued = self._queue.get_nowait()
-                if queued is None:
-                    stop = True
-                    break
-                batch.append(queued)
-                parameters += cost(queued[0])
-                if parameters > limit:
-                    break
+            batch, stop = drain(
+                first, self._queue.get_nowait, asyncio.QueueEmpty, self._max_batch, MAX_PARAMETERS
+            )
             outcomes = await self._serve([item for item, _ in batch])
-            for (_, future), outcome in zip(batch, outcomes, strict=True):
-                if future.done():
-                    continue
-                if isinstance(outcome, BaseException):
-                    future.set_exception(outcome)
-                else:
-                    future.set_result(outcome)
+            settle((future, outcome) for (_, future), outcome in zip(batch, outcomes, strict=True))
 
     async def _serve(self, batch: Sequence[Queued]) -> list[Outcome]:
         """The batch's reads (one statement, before its writes), then its writes (one statement)."""
-        outcomes: list[Outcome] = [LedgerError("not served") for _ in batch]
         reads, writes = split(batch)
         try:
+            found: dict[int, Counts] = {}
             if reads:
-                wanted = sorted({read.router_id for _, read in reads})
-                rows = await self._fetch(COUNTS_SQL, [wanted])
+                rows = await self._fetch(counts_select(self.dialect), [counts_found(reads)])
                 found = {int(r["router_id"]): (int(r["decisions"]), int(r["query_rounds"])) for r in rows}
-                for i, read in reads:
-                    outcomes[i] = found.get(read.router_id, (0, 0))
-            if writes:
-                committed = await self._commit([write for _, write in writes])
-                for (i, _), outcome in zip(writes, committed, strict=True):
-                    outcomes[i] = outcome
+            committed = await self._commit([write for _, write in writes]) if writes else []
         except Exception as exc:  # never leave a caller waiting: every item of the batch fails
             log.exception("ledger: a batch of %d items failed", len(batch))
             return [LedgerError(f"the ledger failed: {exc}") for _ in batch]
-        return outcomes
+        return answered(len(batch), reads, found, writes, committed)
 
     async def _commit(self, batch: Sequence[PreparedWrite]) -> list[Outcome]:
         try:

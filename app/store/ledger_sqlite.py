@@ -17,8 +17,15 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from app.store.driver_sql import counter_upsert, driver_insert, feedback_insert_sqlite, info_merge
+from app.store.driver_sql import (
+    counter_upsert,
+    counts_select,
+    driver_insert,
+    feedback_insert_sqlite,
+    info_merge,
+)
 from app.store.ledger import (
+    Counts,
     FeedbackKey,
     Ledger,
     LedgerClosed,
@@ -26,8 +33,12 @@ from app.store.ledger import (
     Outcome,
     PreparedWrite,
     Queued,
+    answered,
+    counts_found,
+    drain,
     feedback_ids,
     merged_counts,
+    settle,
     split,
 )
 from app.store.models import Attempt, DecisionRow
@@ -36,7 +47,6 @@ from app.store.sqlite_settings import BUSY_TIMEOUT_S, apply_pragmas
 log = logging.getLogger(__name__)
 
 Item = tuple[Queued, asyncio.AbstractEventLoop, "asyncio.Future[Any]"]
-COUNTS_SQL = "SELECT router_id, decisions, query_rounds FROM router_counters WHERE router_id IN ({})"
 
 
 def connect(path: str, busy_timeout_s: float) -> sqlite3.Connection:
@@ -54,7 +64,6 @@ class SqliteLedger(Ledger):
         self._max_batch = max_batch
         self._queue: queue.SimpleQueue[Item | None] = queue.SimpleQueue()
         self._closed = False
-        self.commits = 0
         self._thread = threading.Thread(target=self._run, name="banditgate-ledger", daemon=True)
         self._thread.start()
 
@@ -80,41 +89,27 @@ class SqliteLedger(Ledger):
                 first = self._queue.get()
                 if first is None:
                     break
-                batch = [first]
-                while len(batch) < self._max_batch:
-                    try:
-                        queued = self._queue.get_nowait()
-                    except queue.Empty:
-                        break
-                    if queued is None:
-                        stop = True
-                        break
-                    batch.append(queued)
+                batch, stop = drain(first, self._queue.get_nowait, queue.Empty, self._max_batch)
                 _deliver(batch, self._serve([item for item, _, _ in batch]))
         finally:
             self._conn.close()
 
     def _serve(self, batch: Sequence[Queued]) -> list[Outcome]:
         """The batch's reads (one statement, before its writes), then its writes (one transaction)."""
-        outcomes: list[Outcome] = [LedgerError("not served") for _ in batch]
         reads, writes = split(batch)
         try:
+            found: dict[int, Counts] = {}
             if reads:
-                wanted = sorted({read.router_id for _, read in reads})
-                rows = self._conn.execute(COUNTS_SQL.format(", ".join("?" * len(wanted))), wanted)
+                wanted = counts_found(reads)
+                rows = self._conn.execute(counts_select(self.dialect, len(wanted)), wanted)
                 found = {int(r): (int(d), int(q)) for r, d, q in rows}
-                for i, read in reads:
-                    outcomes[i] = found.get(read.router_id, (0, 0))
-            if writes:
-                committed = self._commit([write for _, write in writes])
-                for (i, _), outcome in zip(writes, committed, strict=True):
-                    outcomes[i] = outcome
+            committed = self._commit([write for _, write in writes]) if writes else []
         except Exception as exc:  # never leave a caller waiting: every item of the batch fails
             log.exception("ledger: a batch of %d items failed", len(batch))
             with contextlib.suppress(sqlite3.Error):
                 self._rollback()
             return [LedgerError(f"the ledger failed: {exc}") for _ in batch]
-        return outcomes
+        return answered(len(batch), reads, found, writes, committed)
 
     def _commit(self, batch: Sequence[PreparedWrite]) -> list[Outcome]:
         try:
@@ -170,16 +165,6 @@ def _deliver(batch: Sequence[Item], outcomes: Sequence[Outcome]) -> None:
         by_loop.setdefault(loop, []).append((future, outcome))
     for loop, pairs in by_loop.items():
         try:
-            loop.call_soon_threadsafe(_settle, pairs)
+            loop.call_soon_threadsafe(settle, pairs)
         except RuntimeError:  # that loop is closed: nobody waits for these any more
             log.debug("ledger: %d outcomes for a closed loop", len(pairs))
-
-
-def _settle(pairs: list[tuple[asyncio.Future[Any], Outcome]]) -> None:
-    for future, outcome in pairs:
-        if future.done():
-            continue
-        if isinstance(outcome, BaseException):
-            future.set_exception(outcome)
-        else:
-            future.set_result(outcome)
