@@ -22,7 +22,7 @@ from sqlalchemy.dialects.sqlite import pysqlite
 from sqlalchemy.engine import Dialect
 
 from app.store.models import Base, DecisionRow, FeedbackEvent, RouterCounter
-from app.store.statements import column_row
+from app.store.statements import column_row, table_of
 
 Processor = Callable[[Any], Any]
 
@@ -83,8 +83,7 @@ _VALUES = re.compile(r"^INSERT INTO (\S+) \((.*)\) VALUES (\(.*\))$", re.DOTALL)
 def driver_insert(model: type[Base], dialect_name: str) -> DriverInsert:
     """``model``'s table's INSERT of every written column, compiled for ``dialect_name``."""
     dialect = dialect_named(dialect_name)
-    table = model.__table__
-    assert isinstance(table, Table)
+    table = table_of(model)
     columns = _written_columns(table)
     compiled = insert(table).inline().compile(dialect=dialect, column_keys=[c.key for c in columns])
     order = compiled.positiontup or []
@@ -109,12 +108,19 @@ def renumbered(values: str, offset: int) -> str:
     return _DOLLAR.sub(lambda m: f"${int(m.group(1)) + offset}", values)
 
 
+def pg_tuples(template: str, count: int, offset: int) -> tuple[str, int]:
+    """Postgres: ``count`` copies of a VALUES tuple (``template`` numbered from ``$1``), joined, each
+    numbered on from ``offset``; also the offset after them."""
+    width = len(set(_DOLLAR.findall(template)))
+    tuples = ", ".join(renumbered(template, offset + i * width) for i in range(count))
+    return tuples, offset + count * width
+
+
 def rows_sql(insert_: DriverInsert, rows: int, offset: int) -> tuple[str, int]:
     """Postgres: ``INSERT INTO t (cols) VALUES (...), (...)`` for ``rows`` rows whose parameters start
     after ``offset``; also the offset after them."""
-    width = len(insert_.columns)
-    tuples = ", ".join(renumbered(insert_.values, offset + i * width) for i in range(rows))
-    return f"INSERT INTO {insert_.table} ({insert_.columns_sql}) VALUES {tuples}", offset + rows * width
+    tuples, offset = pg_tuples(insert_.values, rows, offset)
+    return f"INSERT INTO {insert_.table} ({insert_.columns_sql}) VALUES {tuples}", offset
 
 
 FEEDBACK_CONFLICT = "ON CONFLICT (decision_id, model, kind) DO NOTHING"
@@ -126,12 +132,13 @@ def feedback_insert_sqlite() -> str:
     return f"{driver_insert(FeedbackEvent, 'sqlite').sql} {FEEDBACK_CONFLICT} RETURNING id"
 
 
-def counter_upsert(dialect_name: str, values: str | None = None) -> str:
-    """Add (decisions, query rounds) to routers' counters, creating them at those values: one row's
-    placeholders unless ``values`` gives the tuples (Postgres, several routers)."""
+COUNTER_VALUES_PG = "($1::BIGINT, $2::BIGINT, $3::BIGINT)"  # router_id, decisions, query_rounds
+
+
+def counter_upsert(values: str) -> str:
+    """Add (decisions, query rounds) to routers' counters, creating them at those values; ``values``:
+    the VALUES tuples, ``(?, ?, ?)`` on SQLite."""
     table = RouterCounter.__tablename__
-    if values is None:
-        values = "($1::BIGINT, $2::BIGINT, $3::BIGINT)" if dialect_name == "postgresql" else "(?, ?, ?)"
     return (
         f"INSERT INTO {table} (router_id, decisions, query_rounds) VALUES {values} "
         f"ON CONFLICT (router_id) DO UPDATE SET decisions = {table}.decisions + excluded.decisions, "
@@ -139,24 +146,15 @@ def counter_upsert(dialect_name: str, values: str | None = None) -> str:
     )
 
 
-def counter_values_pg(count: int, offset: int) -> str:
-    """Postgres: ``count`` counter tuples whose parameters start after ``offset``."""
-    return ", ".join(
-        f"(${offset + 3 * i + 1}::BIGINT, ${offset + 3 * i + 2}::BIGINT, ${offset + 3 * i + 3}::BIGINT)"
-        for i in range(count)
-    )
+INFO_VALUES_PG = "($1::VARCHAR, $2::JSONB)"  # decision id, the keys to merge
 
 
-def info_merge(dialect_name: str, count: int = 1, offset: int = 0) -> str:
+def info_merge(dialect_name: str, values: str = "") -> str:
     """Merge JSON objects into stored decisions' ``info`` (top-level keys replaced). SQLite: one
-    decision, parameters (keys, id); Postgres: ``count`` decisions, parameters (id, keys) each, from
-    after ``offset``."""
+    decision, parameters (keys, id); Postgres: the decisions of ``values`` (``INFO_VALUES_PG`` tuples)."""
     table = DecisionRow.__tablename__
     if dialect_name == "sqlite":
         return f"UPDATE {table} SET info = json_patch(COALESCE(info, '{{}}'), ?) WHERE id = ?"
-    values = ", ".join(
-        f"(${offset + 2 * i + 1}::VARCHAR, ${offset + 2 * i + 2}::JSONB)" for i in range(count)
-    )
     return (
         f"UPDATE {table} AS t SET info = (COALESCE(t.info::jsonb, '{{}}'::jsonb) || v.keys)::json "
         f"FROM (VALUES {values}) AS v(id, keys) WHERE t.id = v.id"

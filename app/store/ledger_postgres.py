@@ -20,12 +20,14 @@ from typing import Any
 import asyncpg
 
 from app.store.driver_sql import (
+    COUNTER_VALUES_PG,
     FEEDBACK_CONFLICT,
+    INFO_VALUES_PG,
     counter_upsert,
-    counter_values_pg,
     counts_select,
     driver_insert,
     info_merge,
+    pg_tuples,
     rows_sql,
 )
 from app.store.ledger import (
@@ -81,13 +83,13 @@ def batch_statement(batch: Sequence[PreparedWrite]) -> tuple[str, list[Any]]:
             args.extend(value for row in rows for value in row)
     merges = [w.info for w in batch if w.info is not None]
     if merges:
-        parts.append(f"u AS ({info_merge('postgresql', len(merges), offset)})")
-        offset += 2 * len(merges)
+        values, offset = pg_tuples(INFO_VALUES_PG, len(merges), offset)
+        parts.append(f"u AS ({info_merge('postgresql', values)})")
         args.extend(value for merge in merges for value in merge)
     counts = merged_counts(batch)
     if counts:
-        parts.append(f"c AS ({counter_upsert('postgresql', counter_values_pg(len(counts), offset))})")
-        offset += 3 * len(counts)
+        values, offset = pg_tuples(COUNTER_VALUES_PG, len(counts), offset)
+        parts.append(f"c AS ({counter_upsert(values)})")
         args.extend(value for count in counts for value in count)
     feedback = [r for w in batch for r in w.feedback]
     if feedback:

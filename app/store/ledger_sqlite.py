@@ -152,7 +152,7 @@ class SqliteLedger(Ledger):
                     inserted.append((key, int(found[0])))
         counts = merged_counts(batch)
         if counts:
-            conn.executemany(counter_upsert(self.dialect), counts)
+            conn.executemany(counter_upsert("(?, ?, ?)"), counts)
         conn.execute("COMMIT")
         self.commits += 1
         return feedback_ids(batch, inserted)

@@ -23,11 +23,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.store.models import Base
 
 
-def dialect_of(session: AsyncSession) -> str:
-    """``postgresql`` or ``sqlite`` (the session's engine)."""
-    return session.bind.dialect.name if session.bind is not None else "postgresql"
-
-
 @cache
 def _column_keys(model: type[Base]) -> dict[str, str]:
     return {attr.key: attr.columns[0].key for attr in inspect(model).column_attrs}
@@ -39,7 +34,8 @@ def column_row(model: type[Base], row: Mapping[str, Any]) -> dict[str, Any]:
     return {keys[name]: value for name, value in row.items()}
 
 
-def _table(model: type[Base]) -> Table:
+def table_of(model: type[Base]) -> Table:
+    """The model's ``Table``."""
     table = model.__table__
     assert isinstance(table, Table)
     return table
@@ -47,7 +43,7 @@ def _table(model: type[Base]) -> Table:
 
 @cache
 def _plain_insert(model: type[Base]) -> Insert:
-    return insert(_table(model))
+    return insert(table_of(model))
 
 
 async def insert_rows(session: AsyncSession, model: type[Base], rows: Sequence[Mapping[str, Any]]) -> None:
