@@ -183,8 +183,9 @@ async def choose(
     """The decision, not yet written. The router's counter, by the policy's counter use
     (``routers.base.CounterUse``): ``exact``, counted now in the session's transaction, which the caller
     commits (with the decision, ``log_decision``, or alone before forwarding); ``read``, read now without
-    a lock (on the ledger's connection, ``Ledger.counts``) and counted when the decision is written; ``none``, not read, counted when written. So a
-    forwarded request through a policy that needs no exact count commits once, after its call."""
+    a lock (on the ledger's connection, ``Ledger.counts``) and counted when the decision is written;
+    ``none``, not read, counted when written. So a forwarded request through a policy that needs no
+    exact count commits once, after its call."""
     router = await resolve_router(ctx, tenant, request.router)
     text = prompt_text(ctx, request)
     arms = list(router.arms)

@@ -111,28 +111,29 @@ async def store_feedback(
     """Insert the events idempotently through the ledger (with ``alongside``'s rows, in one
     transaction), then publish; with ``wait``, until this process folded them (read-your-writes for
     clients)."""
-    rows: list[dict[str, object]] = []
-    for item, decision, router, model in resolved:
-        rows.append(
-            {
-                "decision_id": decision.id,
-                "tenant_id": tenant.id,
-                "router_id": router.id if router is not None else None,
-                "model": model,
-                "kind": item.kind,
-                "reward": item.reward,
-                "cost": item.cost,
-                "payload": await event_payload(ctx, item),
-            }
-        )
+    payloads = [await event_payload(ctx, item) for item, _, _, _ in resolved]
     write = alongside if alongside is not None else LedgerWrite()
-    write.feedback = rows
+    write.feedback = [
+        {
+            "decision_id": decision.id,
+            "tenant_id": tenant.id,
+            "router_id": router.id if router is not None else None,
+            "model": model,
+            "kind": item.kind,
+            "reward": item.reward,
+            "cost": item.cost,
+            "payload": payload,
+        }
+        for (item, decision, router, model), payload in zip(resolved, payloads, strict=True)
+    ]
     inserted = await ctx.ledger.write(write)
     ids = await existing_ids(ctx, resolved, inserted)
     accepted: list[FeedbackAccepted] = []
     fresh: list[FeedbackMessage] = []
     unfolded: list[str] = []  # the kinds of new events about direct calls
-    for (item, decision, router, model), row, (event_id, duplicate) in zip(resolved, rows, ids, strict=True):
+    for (item, decision, router, model), payload, (event_id, duplicate) in zip(
+        resolved, payloads, ids, strict=True
+    ):
         if not duplicate and router is None:  # stored, published to no one: no router folds it
             unfolded.append(item.kind)
         elif not duplicate and router is not None:
@@ -146,7 +147,7 @@ async def store_feedback(
                     reward=item.reward,
                     cost=item.cost,
                     embedding=np.frombuffer(decision.embedding, dtype=np.float32).copy(),
-                    payload=row["payload"],  # type: ignore[arg-type]
+                    payload=payload,
                 )
             )
         accepted.append(
@@ -185,8 +186,9 @@ async def existing_ids(
 ) -> list[tuple[int, bool]]:
     """Each event's (id, duplicate): a duplicate's (None from the ledger) is the stored event's with
     its key, read back (no read when there is none)."""
-    if all(event_id is not None for event_id in ids):
-        return [(int(event_id or 0), False) for event_id in ids]
+    known = [(event_id, False) for event_id in ids if event_id is not None]
+    if len(known) == len(ids):
+        return known
     out: list[tuple[int, bool]] = []
     async with ctx.sessionmaker() as session:
         for (item, decision, _, model), event_id in zip(resolved, ids, strict=True):

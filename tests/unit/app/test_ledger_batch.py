@@ -28,6 +28,16 @@ DECISION = {
     "created_at": datetime(2026, 1, 2, 3, 4, 5, 600000, tzinfo=UTC),
 }
 
+# an attempt's row without ``error`` or ``created_at``: those take their defaults
+ATTEMPT = {
+    "decision_id": "d1",
+    "model": "a",
+    "number": 1,
+    "outcome": "ok",
+    "http_status": 200,
+    "latency_ms": 1.0,
+}
+
 
 def test_sqlite_parameters_are_what_sqlalchemy_would_bind() -> None:
     """JSON as its text, the datetime as SQLite's text, the attribute ``request_metadata`` as the
@@ -46,15 +56,7 @@ def test_missing_columns_take_their_defaults_and_autoincrement_ids_are_left_out(
     insert = driver_insert(Attempt, "postgresql")
     keys = [c.key for c in insert.columns]
     assert "id" not in keys and keys[-1] == "created_at"
-    row = {
-        "decision_id": "d1",
-        "model": "a",
-        "number": 1,
-        "outcome": "ok",
-        "http_status": 200,
-        "latency_ms": 1.0,
-    }
-    params = model_params(Attempt, "postgresql", row)
+    params = model_params(Attempt, "postgresql", ATTEMPT)
     assert params[keys.index("error")] is None
     assert isinstance(params[keys.index("created_at")], datetime)
     assert "$8::TIMESTAMP WITH TIME ZONE" in insert.values
@@ -85,14 +87,6 @@ def test_feedback_ids_go_back_in_order_and_a_repeated_key_gets_none() -> None:
 
 
 def test_a_postgres_batch_is_one_statement_with_its_parameters_in_order() -> None:
-    attempt = {
-        "decision_id": "d1",
-        "model": "a",
-        "number": 1,
-        "outcome": "ok",
-        "http_status": 200,
-        "latency_ms": 1.0,
-    }
     event = {
         "decision_id": "d1",
         "tenant_id": 1,
@@ -104,7 +98,7 @@ def test_a_postgres_batch_is_one_statement_with_its_parameters_in_order() -> Non
         "payload": {},
     }
     one = prepare(
-        LedgerWrite(decision=DECISION, attempts=[attempt], feedback=[event], count=(2, 1, 0)), "postgresql"
+        LedgerWrite(decision=DECISION, attempts=[ATTEMPT], feedback=[event], count=(2, 1, 0)), "postgresql"
     )
     two = prepare(LedgerWrite(info=("d0", {"answered_by": "b"}), count=(2, 1, 1)), "postgresql")
     sql, args = batch_statement([one, two])
