@@ -99,6 +99,11 @@ class Catalog:
             cache.put(key, value)
         return value
 
+    def cached_tenant(self, key_hash: str) -> Tenant | None:
+        """The tenant of the key hashed to ``key_hash`` if this process holds it (else None): known
+        without reading the database."""
+        return self._tenants.get(key_hash)
+
     async def tenant_for_key(self, token: str) -> Tenant | None:
         """The tenant of an API key that is not revoked."""
         key_hash = hash_key(token)

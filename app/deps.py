@@ -72,15 +72,10 @@ async def admitted_address(request: Request, ctx: AppContext) -> str:
     return address
 
 
-async def current_tenant(
-    request: Request, ctx: Ctx, credentials: Annotated[Credentials, Security(TENANT_KEY)]
-) -> AsyncIterator[Tenant]:
-    """The tenant of the bearer key (cached: app/catalog.py, so a revocation reaches every replica
-    over the bus, within ``catalog_ttl_s`` at worst), admitted by the rate limiter (app/ratelimit/):
-    every tenant endpoint (``/route``, ``/feedback``, ``/v1/*``, routed or direct) passes here once per
-    request. A client address over its failed-auth limit gets 429 before its key is looked at; the
-    key's in-flight slot is held until the response has been sent (a stream's last byte included)."""
-    token = bearer_or_401(credentials, "API key")
+async def looked_up_tenant(request: Request, ctx: AppContext, token: str) -> Tenant:
+    """The tenant of ``token`` read through the catalog, once the caller's address is within its
+    failed-auth limit (checked first, so a guessing address cannot make the gateway read the
+    database); a wrong key counts against that limit (401), the admin key is refused (403)."""
     address = await admitted_address(request, ctx)
     admin_key = ctx.settings.admin_key.get_secret_value() if ctx.settings.admin_key else None
     if is_admin_key(token, admin_key):
@@ -91,7 +86,27 @@ async def current_tenant(
     if tenant is None:
         await ctx.limiter.count_failure(address)
         raise HTTPException(status.HTTP_401_UNAUTHORIZED, "invalid or revoked API key", headers=_UNAUTHORIZED)
-    slot = await ctx.limiter.admit(hash_key(token), key_limits(tenant, ctx.settings))
+    return tenant
+
+
+async def current_tenant(
+    request: Request, ctx: Ctx, credentials: Annotated[Credentials, Security(TENANT_KEY)]
+) -> AsyncIterator[Tenant]:
+    """The tenant of the bearer key (cached: app/catalog.py, so a revocation reaches every replica
+    over the bus, within ``catalog_ttl_s`` at worst), admitted by the rate limiter (app/ratelimit/):
+    every tenant endpoint (``/route``, ``/feedback``, ``/v1/*``, routed or direct) passes here once per
+    request. A client address over its failed-auth limit gets 429 before its key is read from the
+    database (a key this process holds is checked with its admission, one Redis round trip); the
+    key's in-flight slot is held until the response has been sent (a stream's last byte included)."""
+    token = bearer_or_401(credentials, "API key")
+    key_hash = hash_key(token)
+    tenant = ctx.catalog.cached_tenant(key_hash)
+    if tenant is not None:  # a key known here: the address check and the admission in one step
+        limits = key_limits(tenant, ctx.settings)
+        slot = await ctx.limiter.admit_from(client_address(request), key_hash, limits)
+    else:
+        tenant = await looked_up_tenant(request, ctx, token)
+        slot = await ctx.limiter.admit(key_hash, key_limits(tenant, ctx.settings))
     try:
         yield tenant
     finally:

@@ -83,6 +83,12 @@ class RateLimiter(Protocol):
         when the bucket is empty or every slot is held."""
         ...
 
+    async def admit_from(self, address: str, key: str, limits: KeyLimits) -> Slot:
+        """``check_address(address)`` then ``admit(key, limits)`` as one step (one Redis round trip), for
+        a key already known to be valid: the order of the address check and the key's lookup matters
+        only when the lookup reads the database."""
+        ...
+
     async def release(self, slot: Slot) -> None:
         """Give back an admitted request's slot (never raises)."""
         ...

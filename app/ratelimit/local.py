@@ -39,6 +39,10 @@ class InProcessLimiter:
         self._in_flight[key] = held + 1
         return Slot(key, "")
 
+    async def admit_from(self, address: str, key: str, limits: KeyLimits) -> Slot:
+        await self.check_address(address)
+        return await self.admit(key, limits)
+
     async def release(self, slot: Slot) -> None:
         held = self._in_flight.get(slot.key, 0) - 1
         if held > 0:

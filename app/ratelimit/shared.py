@@ -25,9 +25,11 @@ from app.ratelimit.limits import AuthFailureLimits, KeyLimits, Slot
 
 log = logging.getLogger(__name__)
 
-# KEYS: bucket, slots. ARGV: rate, burst, take (1 = take a token, 0 = only check), concurrency (0 = no
-# slot), slot id, lease seconds, now (seconds; "" = Redis's TIME). Returns {1, 0} admitted, {0, wait_us}
-# refused by the bucket, {-1, 0} refused for want of a slot. The bucket arithmetic of app/ratelimit/bucket.py.
+# KEYS: bucket, slots[, address]. ARGV: rate, burst, take (1 = take a token, 0 = only check), concurrency
+# (0 = no slot), slot id, lease seconds, now (seconds; "" = Redis's TIME)[, the address bucket's rate and
+# burst]. With a third key, that failed-auth bucket is checked first (never taken from) and refuses with
+# {-2, wait_us}. Returns {1, 0} admitted, {0, wait_us} refused by the bucket, {-1, 0} refused for want of
+# a slot. The bucket arithmetic of app/ratelimit/bucket.py.
 ADMIT_LUA = """
 local rate = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
@@ -39,21 +41,29 @@ if now == nil then
   local t = redis.call('TIME')
   now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 end
+local function level(key, key_rate, key_burst)
+  local state = redis.call('HMGET', key, 'tokens', 'at')
+  local tokens = tonumber(state[1])
+  local at = tonumber(state[2])
+  if tokens == nil or at == nil then
+    return key_burst, now
+  end
+  return math.min(key_burst, tokens + key_rate * math.max(0, now - at)), math.max(now, at)
+end
+if KEYS[3] then
+  local address_rate = tonumber(ARGV[8])
+  local address_tokens = level(KEYS[3], address_rate, tonumber(ARGV[9]))
+  if address_tokens < 1 then
+    return {-2, math.ceil((1 - address_tokens) / address_rate * 1000000)}
+  end
+end
 if concurrency > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
   if redis.call('ZCARD', KEYS[2]) >= concurrency then
     return {-1, 0}
   end
 end
-local state = redis.call('HMGET', KEYS[1], 'tokens', 'at')
-local tokens = tonumber(state[1])
-local at = tonumber(state[2])
-if tokens == nil or at == nil then
-  tokens = burst
-  at = now
-end
-tokens = math.min(burst, tokens + rate * math.max(0, now - at))
-at = math.max(now, at)
+local tokens, at = level(KEYS[1], rate, burst)
 if tokens < 1 then
   return {0, math.ceil((1 - tokens) / rate * 1000000)}
 end
@@ -69,7 +79,7 @@ end
 return {1, 0}
 """
 
-ADMITTED, REFUSED_RATE, REFUSED_SLOT = 1, 0, -1
+ADMITTED, REFUSED_RATE, REFUSED_SLOT, REFUSED_ADDRESS = 1, 0, -1, -2
 
 
 class RedisLimiter:
@@ -92,10 +102,20 @@ class RedisLimiter:
         self._down = False
 
     async def _run(
-        self, keys: list[str], rate: float, burst: int, take: bool, slots: int, slot: str
+        self,
+        keys: list[str],
+        rate: float,
+        burst: int,
+        take: bool,
+        slots: int,
+        slot: str,
+        address: str | None = None,
     ) -> list[int]:
         now = "" if self._clock is None else repr(self._clock())
         args: list[str | int] = [repr(rate), burst, int(take), slots, slot, repr(self._lease_s), now]
+        if address is not None:
+            keys = [*keys, self._key("auth", address)]
+            args += [repr(self._auth.rate), self._auth.burst]
         try:
             result = await self._script(keys=keys, args=args)
         except RedisError as exc:
@@ -112,9 +132,19 @@ class RedisLimiter:
         return f"{self._prefix}:{kind}:{name}"
 
     async def admit(self, key: str, limits: KeyLimits) -> Slot:
+        return await self._admit(key, limits, None)
+
+    async def admit_from(self, address: str, key: str, limits: KeyLimits) -> Slot:
+        return await self._admit(key, limits, address)
+
+    async def _admit(self, key: str, limits: KeyLimits, address: str | None) -> Slot:
         slot = Slot(key, uuid.uuid4().hex)
         keys = [self._key("bucket", key), self._key("slots", key)]
-        code, wait_us = await self._run(keys, limits.rate, limits.burst, True, limits.concurrency, slot.token)
+        code, wait_us = await self._run(
+            keys, limits.rate, limits.burst, True, limits.concurrency, slot.token, address
+        )
+        if code == REFUSED_ADDRESS:
+            raise self._auth.refusal(wait_us / 1e6)
         if code == REFUSED_SLOT:
             raise limits.over_concurrency()
         if code == REFUSED_RATE:

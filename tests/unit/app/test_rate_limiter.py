@@ -106,6 +106,30 @@ async def test_failed_authentications_per_address(limiter_and_clock: tuple[RateL
     await refusal(limiter.check_address("10.0.0.1"))
 
 
+async def test_admit_from_checks_the_address_first_and_then_admits_the_key(
+    limiter_and_clock: tuple[RateLimiter, Clock],
+) -> None:
+    """``admit_from`` is ``check_address`` then ``admit`` in one step: an address over its failed-auth
+    limit is refused with the address's wait and takes neither a token nor a slot of the key."""
+    limiter, clock = limiter_and_clock
+    one = KeyLimits(rate=1.0, burst=2, concurrency=1)
+    await limiter.release(await limiter.admit_from("10.0.0.1", "k", one))  # 1 of the key's 2 tokens
+    for _ in range(3):
+        await limiter.count_failure("10.0.0.1")
+    refused = await refusal(limiter.admit_from("10.0.0.1", "k", one))
+    assert refused.retry_after_s == pytest.approx(2.0, abs=1e-6)  # the address's: (1 - 0) / 0.5
+    assert refused.message.startswith("too many failed authentications from this address")
+    held = await limiter.admit_from("10.0.0.2", "k", one)  # the key's last token and its one slot
+    slot_refusal = await refusal(limiter.admit_from("10.0.0.2", "k", one))
+    assert "at most 1 at once" in slot_refusal.message
+    await limiter.release(held)
+    assert (await refusal(limiter.admit_from("10.0.0.2", "k", one))).retry_after_s == pytest.approx(
+        1.0, abs=1e-6
+    )  # the key's bucket is empty: (1 - 0) / 1
+    clock.now += 2.0  # a failure forgiven, and the key's two tokens back
+    await limiter.release(await limiter.admit_from("10.0.0.1", "k", one))
+
+
 async def test_a_redis_slot_never_released_frees_itself_after_its_lease() -> None:
     redis = Redis.from_url(REDIS_URL)
     clock = Clock()
