@@ -4,7 +4,8 @@ Pooled connections are not pinged on checkout (a round trip per request); they a
 ``db_pool_recycle_s``, and a statement that finds its connection dropped (the server restarted, a
 connection killed) is retried once on a fresh one when it was the first of its transaction, so nothing
 of the transaction was lost with the connection (``RetryingSession``). SQLAlchemy invalidates the
-pool's older connections on such an error, so one retry is enough.
+pool's older connections on such an error, so one retry is enough. A commit with no transaction open
+is a no-op.
 """
 
 from __future__ import annotations
@@ -67,6 +68,13 @@ class RetryingSession(AsyncSession):
 
     async def get(self, *args: Any, **kwargs: Any) -> Any:
         return await self._first_retried(super().get, *args, **kwargs)
+
+    async def commit(self) -> None:
+        """Commit the transaction, if one is open. The request path ends its read transaction before
+        each upstream call; when every read was served from the catalog's cache there is none, and
+        SQLAlchemy would begin one only to commit it (a greenlet hand-off for nothing)."""
+        if self.in_transaction():
+            await super().commit()
 
 
 def make_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
