@@ -1,7 +1,7 @@
 """Prompt -> unit vector for the request path, cached by prompt hash.
 
-The cache is Redis when configured (shared by every replica, with a TTL) and an in-process LRU
-otherwise. The embedder itself runs in a worker thread so the event loop keeps serving. With
+The cache is an in-process LRU, in front of Redis when Redis is configured (shared by every replica,
+with a TTL), so a prompt this process has seen costs no round trip. The embedder itself runs in a worker thread so the event loop keeps serving. With
 ``embed_pool`` set, cache misses go to the pool of embedding workers (``banditgate worker embed``) over a
 Redis stream, and fall back to the in-process embedder when the pool does not answer in time.
 
@@ -83,6 +83,28 @@ class RedisEmbeddingCache:
             await self.redis.set(f"bg:emb:{key}", np.asarray(vector, np.float32).tobytes(), ex=self.ttl_s)
         except (RedisError, OSError) as exc:
             log.warning("embedding cache write failed: %s", exc)
+
+
+class TieredEmbeddingCache:
+    """This process's LRU in front of a shared cache (Redis): a hit here costs no round trip, a hit
+    there is kept here too, and a vector put goes to both. A vector depends only on its key (the
+    embedder, its dimension and the text's digest), so the two tiers can never disagree."""
+
+    def __init__(self, near: LruEmbeddingCache, far: EmbeddingCache) -> None:
+        self.near = near
+        self.far = far
+
+    async def get(self, key: str) -> np.ndarray | None:
+        vector = await self.near.get(key)
+        if vector is None:
+            vector = await self.far.get(key)
+            if vector is not None:
+                await self.near.put(key, vector)
+        return vector
+
+    async def put(self, key: str, vector: np.ndarray) -> None:
+        await self.near.put(key, vector)
+        await self.far.put(key, vector)
 
 
 REPLY_OK = b"\x00"

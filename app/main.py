@@ -40,6 +40,7 @@ from app.embedding import (
     EmbeddingService,
     LruEmbeddingCache,
     RedisEmbeddingCache,
+    TieredEmbeddingCache,
 )
 from app.events import CatalogChanged, Message, RouterChanged
 from app.input_types import JsonLimits
@@ -68,7 +69,10 @@ async def open_context(settings: Settings) -> AppContext:
         bus = RedisStreamBus(
             redis, settings.event_stream, settings.event_stream_maxlen, settings.stream_block_ms
         )
-        cache = RedisEmbeddingCache(redis, settings.embedding_cache_ttl_s)
+        cache = TieredEmbeddingCache(
+            LruEmbeddingCache(settings.embedding_cache_size),
+            RedisEmbeddingCache(redis, settings.embedding_cache_ttl_s),
+        )
     else:
         bus = InProcessBus()
         cache = LruEmbeddingCache(settings.embedding_cache_size)

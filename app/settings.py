@@ -38,7 +38,11 @@ class Settings(BaseSettings):
     max_offline_body_bytes: int = Field(
         64 * 1024 * 1024, gt=0, description="largest body of one POST .../observations upload (413 above)"
     )
-    embedding_cache_size: int = Field(10_000, ge=0, description="in-process embedding cache entries")
+    embedding_cache_size: int = Field(
+        10_000,
+        ge=0,
+        description="in-process embedding cache entries (in front of Redis's when redis_url is set)",
+    )
     embedding_cache_ttl_s: int = Field(7 * 24 * 3600, gt=0, description="Redis embedding cache TTL")
     read_your_writes_timeout_s: float = Field(
         2.0, ge=0, description="how long POST /feedback waits for its own process to fold the event"

@@ -1,11 +1,19 @@
-"""Embeddings are cached by prompt hash: in Redis when configured (shared by replicas), else in-process."""
+"""Embeddings are cached by prompt hash: in-process, and in Redis when configured (shared by replicas)."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 import redis.asyncio as aioredis
 
-from app.embedding import EmbeddingService, LruEmbeddingCache, RedisEmbeddingCache, prompt_hash
+from app.embedding import (
+    EmbeddingService,
+    LruEmbeddingCache,
+    RedisEmbeddingCache,
+    TieredEmbeddingCache,
+    prompt_hash,
+)
 from app.main import create_app
 from embeddings.hashing import HashingEmbedder
 from tests.conftest import REDIS_URL, Stack, bearer, make_tenancy, running
@@ -59,5 +67,43 @@ async def test_embedders_of_one_name_and_two_dimensions_share_redis_without_mixi
         await cache.put(f"hashing:32:{prompt_hash(prompt + '!')}", stale)
         vector, _ = await narrow.embed(prompt + "!")
         assert vector.shape == (32,) and np.array_equal(vector, narrow.embedder.embed([prompt + "!"])[0])
+    finally:
+        await r.aclose()
+
+
+class CountingEmbedder(HashingEmbedder):
+    def __init__(self, dim: int) -> None:
+        super().__init__(dim=dim)
+        self.texts: list[str] = []
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        self.texts += texts
+        return super().embed(texts)
+
+
+async def test_the_process_lru_sits_in_front_of_redis() -> None:
+    """A vector another replica cached in Redis is served from there once and from this process's LRU
+    after (Redis emptied, it is still served, and nothing is embedded again); one embedded here goes to
+    both tiers."""
+    seen = "seen by another replica " + np.random.default_rng().bytes(4).hex()
+    fresh = "first seen here " + np.random.default_rng().bytes(4).hex()
+    r = aioredis.Redis.from_url(REDIS_URL)
+    try:
+        other = EmbeddingService(HashingEmbedder(dim=16), RedisEmbeddingCache(r, ttl_s=60))
+        expected, _ = await other.embed(seen)
+        embedder = CountingEmbedder(dim=16)
+        near = LruEmbeddingCache(capacity=8)
+        service = EmbeddingService(embedder, TieredEmbeddingCache(near, RedisEmbeddingCache(r, ttl_s=60)))
+        assert np.array_equal((await service.embed(seen))[0], expected) and embedder.texts == []
+        key = f"hashing:16:{prompt_hash(seen)}"
+        assert await near.get(key) is not None
+        await r.delete(f"bg:emb:{key}")
+        assert np.array_equal((await service.embed(seen))[0], expected) and embedder.texts == []
+
+        vector, digest = await service.embed(fresh)
+        assert embedder.texts == [fresh]
+        raw = await r.get(f"bg:emb:hashing:16:{digest}")
+        assert raw is not None and np.array_equal(np.frombuffer(raw, dtype=np.float32), vector)
+        assert np.array_equal((await service.embed(fresh))[0], vector) and embedder.texts == [fresh]
     finally:
         await r.aclose()
