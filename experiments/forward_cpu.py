@@ -45,9 +45,13 @@ def upstream(_: httpx.Request) -> httpx.Response:
     return httpx.Response(200, json=COMPLETION)
 
 
-async def one_run(database_url: str, policy: str, embedder: str, requests: int) -> float:
+async def one_run(
+    database_url: str, policy: str, embedder: str, requests: int, redis_url: str | None = None
+) -> float:
     """Process CPU milliseconds per forwarded request, after a 50-request warm-up."""
-    settings = Settings(database_url=database_url, admin_key=ADMIN, embedder=embedder)
+    settings = Settings(
+        database_url=database_url, admin_key=ADMIN, embedder=embedder, redis_url=redis_url
+    )
     await asyncio.to_thread(upgrade, database_url)
     app = create_app(settings)
     admin = {"Authorization": f"Bearer {ADMIN}"}
@@ -88,11 +92,12 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--database-url", help="default: a fresh SQLite file per run")
+    parser.add_argument("--redis-url", help="default: none (the in-process bus and cache)")
     args = parser.parse_args()
     figures = []
     for _ in range(args.runs):
         url = args.database_url or f"sqlite+aiosqlite:///{tempfile.mkdtemp()}/banditgate.db"
-        figures.append(asyncio.run(one_run(url, args.policy, args.embedder, args.requests)))
+        figures.append(asyncio.run(one_run(url, args.policy, args.embedder, args.requests, args.redis_url)))
     runs = ", ".join(f"{f:.2f}" for f in figures)
     print(
         f"{args.policy}: process CPU per forwarded request {statistics.median(figures):.2f} ms (runs: {runs})"
