@@ -29,7 +29,7 @@ async def accept(
 ) -> list[FeedbackAccepted]:
     """Record the events (app/routing/feedback.py), then mark the probes their query rewards answer."""
     outcomes = [events.Outcome(**body.model_dump()) for body in bodies]
-    accepted = await events.record_feedback(ctx, session, tenant, outcomes)
+    accepted = await events.record_feedback(ctx, tenant, outcomes)
     await probes.mark_answered(session, accepted)
     return accepted
 

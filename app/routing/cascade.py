@@ -79,7 +79,7 @@ async def next_step(
             cost=body.cost,
             metadata=body.metadata,
         )
-        await record_feedback(ctx, session, tenant, [step])
+        await record_feedback(ctx, tenant, [step])
     tried = [*offered, failed] if failed not in offered else offered
     scores: dict[str, dict[str, float | None]] = {}
     untried = [m for m in row.models if m not in tried]

@@ -66,7 +66,7 @@ async def forward_ensemble(
     costs = [
         Outcome(decision_id=route.decision_id, model=t.name, kind="cost", cost=c) for t, _, c in answered
     ]
-    resolved = await resolve_feedback(session, tenant, costs)
+    resolved = await resolve_feedback(ctx, tenant, costs)
     write = LedgerWrite(info=(route.decision_id, marks), attempts=attempt_rows(route.decision_id, attempts))
     await store_feedback(ctx, tenant, resolved, wait=False, alongside=write)
     return Forwarded(route, first, payload, cost, attempts, members)

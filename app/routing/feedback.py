@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import metrics
 from app.context import AppContext
@@ -44,34 +43,30 @@ class Outcome:
 Resolved = tuple[Outcome, DecisionRow, Router | None, str]  # an item, its decision, router, model
 
 
-async def record_feedback(
-    ctx: AppContext, session: AsyncSession, tenant: Tenant, items: list[Outcome]
-) -> list[FeedbackAccepted]:
+async def record_feedback(ctx: AppContext, tenant: Tenant, items: list[Outcome]) -> list[FeedbackAccepted]:
     """Validate every item first (nothing is written if one is bad), then insert them idempotently in
     one transaction, commit, publish, and wait for this process to fold them."""
-    resolved = await resolve_feedback(session, tenant, items)
+    resolved = await resolve_feedback(ctx, tenant, items)
     return await store_feedback(ctx, tenant, resolved, wait=True)
 
 
-async def resolve_feedback(session: AsyncSession, tenant: Tenant, items: list[Outcome]) -> list[Resolved]:
-    """Each item with its decision, router and the model it is about; raises on the first bad one."""
-    found = await session.execute(
-        select(DecisionRow, Router)
-        .outerjoin(Router, Router.id == DecisionRow.router_id)
-        .where(DecisionRow.id.in_({item.decision_id for item in items}), DecisionRow.tenant_id == tenant.id)
-    )
-    decisions: dict[str, DecisionRow] = {}
+async def resolve_feedback(ctx: AppContext, tenant: Tenant, items: list[Outcome]) -> list[Resolved]:
+    """Each item with its decision, router and the model it is about; raises on the first bad one.
+    The decisions are read on the ledger's connection (committed: every decision is durable before its
+    answer), their routers from the catalog (as ``/route`` reads them)."""
+    found = await ctx.ledger.decisions(tenant.id, [item.decision_id for item in items])
+    decisions: dict[str, DecisionRow] = {row.id: row for row in found}
     routers: dict[int, Router] = {}
-    for decision_row, router_row in found:
-        decisions[decision_row.id] = decision_row
+    for router_id in {row.router_id for row in found if row.router_id is not None}:
+        router_row = await ctx.catalog.router_by_id(router_id)
         if router_row is not None:
-            routers[router_row.id] = router_row
+            routers[router_id] = router_row
 
     resolved: list[Resolved] = []
     for position, item in enumerate(items):
         where = f"event {position}: " if len(items) > 1 else ""
         decision = decisions.get(item.decision_id)
-        if decision is None:
+        if decision is None or (decision.router_id is not None and decision.router_id not in routers):
             raise NotFound(f"{where}decision {item.decision_id!r} not found")
         router = routers[decision.router_id] if decision.router_id is not None else None
         answered_by = (decision.info or {}).get("answered_by")  # set when the gateway forwarded it

@@ -66,7 +66,7 @@ async def judged_cascade(
                 step = Outcome(
                     decision_id=route.decision_id, model=target.name, kind="cascade-step", reward=reward
                 )
-                await record_feedback(ctx, session, tenant, [step])
+                await record_feedback(ctx, tenant, [step])
             break
         following = await next_step(
             ctx, session, tenant, route.decision_id, CascadeNextRequest(model=target.name, reward=reward)

@@ -162,7 +162,7 @@ async def _call_and_store(ctx: AppContext, job: ProbeJob) -> None:
             await session.execute(update(Probe).where(Probe.id == probe.id).values(status="answered"))
             await session.commit()
         feedback = Outcome(decision_id=route.decision_id, model=model, kind="cost", cost=cost)
-        await record_feedback(ctx, session, tenant, [feedback])
+        await record_feedback(ctx, tenant, [feedback])
 
 
 async def mark_answered(session: AsyncSession, accepted: list[FeedbackAccepted]) -> None:

@@ -1,22 +1,25 @@
-"""The request path's INSERTs as the database driver's own SQL, for the ledger (app/store/ledger.py),
-which writes through the driver without SQLAlchemy's per-statement machinery.
+"""The request path's INSERTs (and its reads of counters and decisions) as the database driver's own
+SQL, for the ledger (app/store/ledger.py), which goes through the driver without SQLAlchemy's
+per-statement machinery.
 
 Each statement is compiled once per table and dialect from the SQLAlchemy ``Table`` (so the column list,
 quoting and Postgres's casts are SQLAlchemy's), and each row becomes the driver's positional parameters
 through the same bind processors SQLAlchemy applies (JSON serialised, SQLite's datetimes as text), with
 the columns' Python-side defaults filled in as SQLAlchemy would: rows written here read back through
-the ORM exactly like rows written through it.
+the ORM exactly like rows written through it. Rows read here go the other way, through the same
+result processors, so a decision read by the ledger holds what the ORM would load.
 """
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from sqlalchemy import Column, Table, insert
+from sqlalchemy import JSON, Column, Table, insert, inspect, select
 from sqlalchemy.dialects.postgresql import asyncpg as pg_asyncpg
 from sqlalchemy.dialects.sqlite import pysqlite
 from sqlalchemy.engine import Dialect
@@ -168,3 +171,52 @@ def counts_select(dialect_name: str, routers: int = 1) -> str:
     if dialect_name == "postgresql":
         return f"{head} = ANY($1::BIGINT[])"
     return f"{head} IN ({', '.join('?' * routers)})"
+
+
+def _result_processor(column: Column[Any], dialect_name: str) -> Processor | None:
+    """How the driver's value of ``column`` becomes the ORM's. SQLAlchemy's asyncpg dialect decodes
+    JSON with a codec it installs on its own connections; the ledger's connection has asyncpg's
+    default, which returns the text."""
+    if dialect_name == "postgresql" and isinstance(column.type, JSON):
+        return json.loads
+    dialect = dialect_named(dialect_name)
+    processor: Processor | None = column.type.dialect_impl(dialect).result_processor(dialect, None)
+    return processor
+
+
+@dataclass(frozen=True)
+class DriverRows:
+    """A table's rows read through the driver: ``sql``, the SELECT of every column (add a WHERE), and
+    each column's mapped attribute name and result processor, so a row becomes the attributes the ORM
+    would load."""
+
+    sql: str
+    keys: tuple[str, ...]
+    processors: tuple[Processor | None, ...]
+
+    def attributes(self, record: Sequence[Any]) -> dict[str, Any]:
+        """One row (its values in column order) as mapped attribute names and the ORM's values."""
+        return {
+            key: value if process is None or value is None else process(value)
+            for key, process, value in zip(self.keys, self.processors, record, strict=True)
+        }
+
+
+@cache
+def driver_rows(model: type[Base], dialect_name: str) -> DriverRows:
+    """``model``'s SELECT of every column, compiled for ``dialect_name``, and how to read its rows."""
+    table = table_of(model)
+    mapper = inspect(model)
+    columns = tuple(table.columns)
+    sql = str(select(*columns).compile(dialect=dialect_named(dialect_name)))
+    keys = tuple(mapper.get_property_by_column(c).key for c in columns)
+    return DriverRows(sql, keys, tuple(_result_processor(c, dialect_name) for c in columns))
+
+
+def decisions_select(dialect_name: str, count: int = 1) -> str:
+    """Every column of the decisions whose ids are given: SQLite takes ``count`` ids as parameters,
+    Postgres one array."""
+    head = f"{driver_rows(DecisionRow, dialect_name).sql} WHERE {DecisionRow.__tablename__}.id"
+    if dialect_name == "postgresql":
+        return f"{head} = ANY($1::VARCHAR[])"
+    return f"{head} IN ({', '.join('?' * count)})"

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from app.store.driver_sql import model_params
+from app.store.driver_sql import counts_select, decisions_select, driver_rows, model_params
 from app.store.models import Attempt, DecisionRow, FeedbackEvent
 
 FeedbackKey = tuple[str | None, str, str]  # (decision_id, model, kind): the feedback table's unique key
@@ -72,16 +72,78 @@ class CountsRead:
     router_id: int
 
 
-Queued = PreparedWrite | CountsRead
+@dataclass(frozen=True)
+class DecisionsRead:
+    """The decisions of ``ids`` that are the tenant's, read on the ledger's connection as committed."""
+
+    tenant_id: int
+    ids: tuple[str, ...]
+
+
+Read = CountsRead | DecisionsRead
+Queued = PreparedWrite | Read
 Counts = tuple[int, int]
-Outcome = list[int | None] | Counts | BaseException  # a write's feedback ids, a read's counts, or its error
+# a write's feedback ids, a read's counts or decisions, or its error
+Outcome = list[int | None] | Counts | list[DecisionRow] | BaseException
+SQLITE_IDS_PER_SELECT = 500  # well under SQLite's bound on a statement's parameters
 
 
-def split(batch: Sequence[Queued]) -> tuple[list[tuple[int, CountsRead]], list[tuple[int, PreparedWrite]]]:
-    """A batch's counter reads and its writes, each with its position."""
-    reads = [(i, item) for i, item in enumerate(batch) if isinstance(item, CountsRead)]
+def split(batch: Sequence[Queued]) -> tuple[list[tuple[int, Read]], list[tuple[int, PreparedWrite]]]:
+    """A batch's reads and its writes, each with its position."""
+    reads = [(i, item) for i, item in enumerate(batch) if not isinstance(item, PreparedWrite)]
     writes = [(i, item) for i, item in enumerate(batch) if isinstance(item, PreparedWrite)]
     return reads, writes
+
+
+Statement = tuple[type[Read], str, list[Any]]  # the kind of read it serves, its SQL, its parameters
+
+
+def read_statements(reads: Sequence[tuple[int, Read]], dialect_name: str) -> list[Statement]:
+    """The statements that answer a batch's reads: one for every counter asked about, one for every
+    decision (on SQLite, one per ``SQLITE_IDS_PER_SELECT`` decisions), each row once."""
+    statements: list[Statement] = []
+    routers = sorted({read.router_id for _, read in reads if isinstance(read, CountsRead)})
+    ids = sorted({i for _, read in reads if isinstance(read, DecisionsRead) for i in read.ids})
+    if dialect_name == "postgresql":
+        if routers:
+            statements.append((CountsRead, counts_select(dialect_name), [routers]))
+        if ids:
+            statements.append((DecisionsRead, decisions_select(dialect_name), [ids]))
+        return statements
+    if routers:
+        statements.append((CountsRead, counts_select(dialect_name, len(routers)), list(routers)))
+    for start in range(0, len(ids), SQLITE_IDS_PER_SELECT):
+        chunk = ids[start : start + SQLITE_IDS_PER_SELECT]
+        statements.append((DecisionsRead, decisions_select(dialect_name, len(chunk)), chunk))
+    return statements
+
+
+def read_outcomes(
+    reads: Sequence[tuple[int, Read]],
+    results: Sequence[tuple[type[Read], Sequence[Sequence[Any]]]],
+    dialect_name: str,
+) -> dict[int, Outcome]:
+    """Each read's outcome by its position, from the rows its ``read_statements`` returned: a
+    counter's (decisions, query rounds), (0, 0) for a router never counted; a ``DecisionsRead``'s
+    decisions in the order asked, each once, the tenant's only (detached rows: the ORM's values)."""
+    counts: dict[int, Counts] = {}
+    decisions: dict[str, DecisionRow] = {}
+    rows = driver_rows(DecisionRow, dialect_name)
+    for kind, records in results:
+        for record in records:
+            if kind is CountsRead:
+                counts[int(record[0])] = (int(record[1]), int(record[2]))
+            else:
+                decision = DecisionRow(**rows.attributes(record))
+                decisions[decision.id] = decision
+    outcomes: dict[int, Outcome] = {}
+    for i, read in reads:
+        if isinstance(read, CountsRead):
+            outcomes[i] = counts.get(read.router_id, (0, 0))
+            continue
+        found = (decisions.get(decision_id) for decision_id in dict.fromkeys(read.ids))
+        outcomes[i] = [d for d in found if d is not None and d.tenant_id == read.tenant_id]
+    return outcomes
 
 
 def prepare(write: LedgerWrite, dialect_name: str) -> PreparedWrite:
@@ -133,8 +195,9 @@ class LedgerClosed(LedgerError):
 
 
 class Ledger(ABC):
-    """Group-committed writes, and the one read the request path makes of what it writes (a router's
-    counter, which kNN-UCB reads for its round t); ``commits`` counts the transactions committed."""
+    """Group-committed writes, and the reads the request path makes of what it wrote (a router's
+    counter, which kNN-UCB reads for its round t; the decisions feedback is about); ``commits`` counts
+    the transactions committed."""
 
     dialect: str
     commits: int = 0
@@ -152,6 +215,13 @@ class Ledger(ABC):
         found: Counts = await self._submit(CountsRead(router_id))
         return found
 
+    async def decisions(self, tenant_id: int, ids: Sequence[str]) -> list[DecisionRow]:
+        """The tenant's decisions among ``ids`` as committed, in the order asked, each once (an id
+        unknown or another tenant's is left out), read on the writer's connection with the other reads
+        waiting then. The rows are detached ``DecisionRow``s holding what the ORM would load."""
+        found: list[DecisionRow] = await self._submit(DecisionsRead(tenant_id, tuple(ids)))
+        return found
+
     @abstractmethod
     async def _submit(self, item: Queued) -> Any:
         """Queue ``item`` for the writer and wait for its outcome (raised when it is an error). A
@@ -164,7 +234,7 @@ class Ledger(ABC):
 
 def parameters_of(item: Queued) -> int:
     """An item's parameters in a batch's statements."""
-    return item.parameters if isinstance(item, PreparedWrite) else 1
+    return item.parameters if isinstance(item, PreparedWrite) else 1  # a read is its own statement
 
 
 Entry = TypeVar("Entry", bound=tuple[Any, ...])  # a writer's queue entry: (item, ..., its future)
@@ -194,23 +264,17 @@ def drain(
     return batch, False
 
 
-def counts_found(reads: Sequence[tuple[int, CountsRead]]) -> list[int]:
-    """The routers a batch's reads ask about, each once, in id order."""
-    return sorted({read.router_id for _, read in reads})
-
-
 def answered(
     size: int,
-    reads: Sequence[tuple[int, CountsRead]],
-    found: Mapping[int, Counts],
+    reads: Mapping[int, Outcome],
     writes: Sequence[tuple[int, PreparedWrite]],
     committed: Sequence[Outcome],
 ) -> list[Outcome]:
-    """Each item's outcome in the batch's order: a read's counts ((0, 0) for a router never counted),
-    a write's feedback ids or error."""
+    """Each item's outcome in the batch's order: a read's (``read_outcomes``), a write's feedback ids
+    or error."""
     outcomes: list[Outcome] = [LedgerError("not served") for _ in range(size)]
-    for i, read in reads:
-        outcomes[i] = found.get(read.router_id, (0, 0))
+    for i, outcome in reads.items():
+        outcomes[i] = outcome
     for (i, _), outcome in zip(writes, committed, strict=True):
         outcomes[i] = outcome
     return outcomes

@@ -24,14 +24,12 @@ from app.store.driver_sql import (
     FEEDBACK_CONFLICT,
     INFO_VALUES_PG,
     counter_upsert,
-    counts_select,
     driver_insert,
     info_merge,
     pg_tuples,
     rows_sql,
 )
 from app.store.ledger import (
-    Counts,
     FeedbackKey,
     Ledger,
     LedgerClosed,
@@ -40,10 +38,11 @@ from app.store.ledger import (
     PreparedWrite,
     Queued,
     answered,
-    counts_found,
     drain,
     feedback_ids,
     merged_counts,
+    read_outcomes,
+    read_statements,
     settle,
     split,
 )
@@ -150,15 +149,16 @@ class PostgresLedger(Ledger):
         """The batch's reads (one statement, before its writes), then its writes (one statement)."""
         reads, writes = split(batch)
         try:
-            found: dict[int, Counts] = {}
-            if reads:
-                rows = await self._fetch(counts_select(self.dialect), [counts_found(reads)])
-                found = {int(r["router_id"]): (int(r["decisions"]), int(r["query_rounds"])) for r in rows}
+            results = [
+                (kind, await self._fetch(sql, params))
+                for kind, sql, params in read_statements(reads, self.dialect)
+            ]
+            found = read_outcomes(reads, results, self.dialect)
             committed = await self._commit([write for _, write in writes]) if writes else []
         except Exception as exc:  # never leave a caller waiting: every item of the batch fails
             log.exception("ledger: a batch of %d items failed", len(batch))
             return [LedgerError(f"the ledger failed: {exc}") for _ in batch]
-        return answered(len(batch), reads, found, writes, committed)
+        return answered(len(batch), found, writes, committed)
 
     async def _commit(self, batch: Sequence[PreparedWrite]) -> list[Outcome]:
         try:

@@ -19,13 +19,11 @@ from typing import Any
 
 from app.store.driver_sql import (
     counter_upsert,
-    counts_select,
     driver_insert,
     feedback_insert_sqlite,
     info_merge,
 )
 from app.store.ledger import (
-    Counts,
     FeedbackKey,
     Ledger,
     LedgerClosed,
@@ -34,10 +32,11 @@ from app.store.ledger import (
     PreparedWrite,
     Queued,
     answered,
-    counts_found,
     drain,
     feedback_ids,
     merged_counts,
+    read_outcomes,
+    read_statements,
     settle,
     split,
 )
@@ -98,18 +97,18 @@ class SqliteLedger(Ledger):
         """The batch's reads (one statement, before its writes), then its writes (one transaction)."""
         reads, writes = split(batch)
         try:
-            found: dict[int, Counts] = {}
-            if reads:
-                wanted = counts_found(reads)
-                rows = self._conn.execute(counts_select(self.dialect, len(wanted)), wanted)
-                found = {int(r): (int(d), int(q)) for r, d, q in rows}
+            results = [
+                (kind, self._conn.execute(sql, params).fetchall())
+                for kind, sql, params in read_statements(reads, self.dialect)
+            ]
+            found = read_outcomes(reads, results, self.dialect)
             committed = self._commit([write for _, write in writes]) if writes else []
         except Exception as exc:  # never leave a caller waiting: every item of the batch fails
             log.exception("ledger: a batch of %d items failed", len(batch))
             with contextlib.suppress(sqlite3.Error):
                 self._rollback()
             return [LedgerError(f"the ledger failed: {exc}") for _ in batch]
-        return answered(len(batch), reads, found, writes, committed)
+        return answered(len(batch), found, writes, committed)
 
     def _commit(self, batch: Sequence[PreparedWrite]) -> list[Outcome]:
         try:

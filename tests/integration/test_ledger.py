@@ -273,6 +273,59 @@ async def test_counts_read_what_was_committed_and_zero_for_a_router_never_counte
     assert await ledger.counts(place.router_id) == (3, 1)
 
 
+COLUMNS = [column.key for column in DecisionRow.__mapper__.column_attrs]
+
+
+async def test_decisions_read_back_as_the_orm_loads_them(place: Place, ledger: Ledger) -> None:
+    """A decision read on the ledger's connection holds what the ORM loads, value for value (JSON
+    decoded, bytes, the timestamp as the dialect returns it), whether the ledger or a session wrote it."""
+    by_ledger = place.decision(answered_by="a", nested={"x": [1, 2.5, None]})
+    await ledger.write(LedgerWrite(decision=by_ledger))
+    by_session = place.decision()
+    async with place.sessions() as session:
+        session.add(DecisionRow(**{**by_session, "query": ["b"], "request_metadata": {}}))
+        await session.commit()
+    found = await ledger.decisions(place.tenant_id, [str(by_ledger["id"]), str(by_session["id"])])
+    assert [d.id for d in found] == [by_ledger["id"], by_session["id"]]
+    async with place.sessions() as session:
+        for read in found:
+            loaded = await session.get(DecisionRow, read.id)
+            assert loaded is not None
+            assert {c: getattr(read, c) for c in COLUMNS} == {c: getattr(loaded, c) for c in COLUMNS}
+    assert found[0].info == {"answered_by": "a", "nested": {"x": [1, 2.5, None]}}
+    assert found[1].query == ["b"] and found[1].request_metadata == {}
+    assert np.array_equal(np.frombuffer(found[0].embedding, dtype=np.float32), np.arange(4))
+
+
+async def test_decisions_read_only_the_tenants_in_the_order_asked_each_once(
+    place: Place, ledger: Ledger
+) -> None:
+    other = Place(place.stack)
+    await other.setup()
+    try:
+        mine = [place.decision() for _ in range(3)]
+        theirs = other.decision()
+        for decision in [*mine, theirs]:
+            await ledger.write(LedgerWrite(decision=decision))
+        ids = [str(d["id"]) for d in mine]
+        asked = [ids[2], "no-such-decision", str(theirs["id"]), ids[0], ids[2]]
+        assert [d.id for d in await ledger.decisions(place.tenant_id, asked)] == [ids[2], ids[0]]
+        assert [d.id for d in await ledger.decisions(other.tenant_id, asked)] == [theirs["id"]]
+        # reads queued together are answered by one statement, each with its own tenant and ids
+        reads = await asyncio.gather(
+            ledger.decisions(place.tenant_id, [ids[1]]),
+            ledger.decisions(other.tenant_id, [ids[1], str(theirs["id"])]),
+            ledger.counts(place.router_id),
+        )
+        assert [d.id for d in reads[0]] == [ids[1]] and [d.id for d in reads[1]] == [theirs["id"]]
+        # more ids than SQLite takes in one statement's chunk (500)
+        many = [uuid.uuid4().hex for _ in range(1_100)]
+        many[777] = ids[1]
+        assert [d.id for d in await ledger.decisions(place.tenant_id, many)] == [ids[1]]
+    finally:
+        await other.engine.dispose()
+
+
 async def test_postgres_a_value_the_driver_cannot_encode_fails_only_its_write(pg_stack: Stack) -> None:
     place = Place(pg_stack)
     await place.setup()
