@@ -1,4 +1,5 @@
-"""CPU of one forwarded request inside the gateway, in process: ``python -m experiments.forward_cpu``.
+"""CPU of one forwarded request (or ``--endpoint feedback``: one ``POST /feedback``) inside the gateway,
+in process: ``python -m experiments.forward_cpu``.
 
 The app runs in this process on a fresh SQLite database (or ``--database-url``), driven through
 httpx's ASGI transport (no sockets, no HTTP parser), and its backend client answers from an
@@ -35,10 +36,8 @@ COMPLETION = {
     "choices": [{"index": 0, "message": {"role": "assistant", "content": "Paris."}, "finish_reason": "stop"}],
     "usage": {"prompt_tokens": 12, "completion_tokens": 2, "total_tokens": 14},
 }
-BODY = {
-    "model": "router",
-    "messages": [{"role": "user", "content": "What is the capital of France? Be brief."}],
-}
+PROMPT = "What is the capital of France? Be brief."
+BODY = {"model": "router", "messages": [{"role": "user", "content": PROMPT}]}
 
 
 def upstream(_: httpx.Request) -> httpx.Response:
@@ -46,12 +45,17 @@ def upstream(_: httpx.Request) -> httpx.Response:
 
 
 async def one_run(
-    database_url: str, policy: str, embedder: str, requests: int, redis_url: str | None = None
+    database_url: str,
+    policy: str,
+    embedder: str,
+    requests: int,
+    redis_url: str | None = None,
+    endpoint: str = "chat",
 ) -> float:
-    """Process CPU milliseconds per forwarded request, after a 50-request warm-up."""
-    settings = Settings(
-        database_url=database_url, admin_key=ADMIN, embedder=embedder, redis_url=redis_url
-    )
+    """Process CPU milliseconds per request after a 50-request warm-up: a forwarded
+    ``POST /v1/chat/completions``, or (``endpoint="feedback"``) a ``POST /feedback`` reward for a
+    decision made by ``POST /route`` beforehand (not counted)."""
+    settings = Settings(database_url=database_url, admin_key=ADMIN, embedder=embedder, redis_url=redis_url)
     await asyncio.to_thread(upgrade, database_url)
     app = create_app(settings)
     admin = {"Authorization": f"Bearer {ADMIN}"}
@@ -75,11 +79,22 @@ async def one_run(
             created = await client.post(f"/admin/tenants/{tenant}/routers", json=router, headers=admin)
             created.raise_for_status()
             headers = {"Authorization": f"Bearer {key}"}
-            for _ in range(50):
-                (await client.post("/v1/chat/completions", json=BODY, headers=headers)).raise_for_status()
+            if endpoint == "feedback":
+                prompt = {"prompt": PROMPT}
+                decisions = [
+                    (await client.post("/route", json=prompt, headers=headers)).json()["decision_id"]
+                    for _ in range(50 + requests)
+                ]
+                bodies = [{"decision_id": d, "reward": 1.0} for d in decisions]
+                path = "/feedback"
+            else:
+                bodies = [BODY] * (50 + requests)
+                path = "/v1/chat/completions"
+            for body in bodies[:50]:
+                (await client.post(path, json=body, headers=headers)).raise_for_status()
             start = time.process_time()
-            for _ in range(requests):
-                await client.post("/v1/chat/completions", json=BODY, headers=headers)
+            for body in bodies[50:]:
+                await client.post(path, json=body, headers=headers)
             return (time.process_time() - start) * 1000 / requests
 
 
@@ -93,14 +108,19 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--database-url", help="default: a fresh SQLite file per run")
     parser.add_argument("--redis-url", help="default: none (the in-process bus and cache)")
+    parser.add_argument("--endpoint", choices=["chat", "feedback"], default="chat")
     args = parser.parse_args()
     figures = []
     for _ in range(args.runs):
         url = args.database_url or f"sqlite+aiosqlite:///{tempfile.mkdtemp()}/banditgate.db"
-        figures.append(asyncio.run(one_run(url, args.policy, args.embedder, args.requests, args.redis_url)))
+        figures.append(
+            asyncio.run(
+                one_run(url, args.policy, args.embedder, args.requests, args.redis_url, args.endpoint)
+            )
+        )
     runs = ", ".join(f"{f:.2f}" for f in figures)
     print(
-        f"{args.policy}: process CPU per forwarded request {statistics.median(figures):.2f} ms (runs: {runs})"
+        f"{args.policy}, {args.endpoint}: process CPU per request {statistics.median(figures):.2f} ms (runs: {runs})"
     )
 
 
