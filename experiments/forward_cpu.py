@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
+import pstats
 import statistics
 import tempfile
 import time
+from collections import Counter
 from typing import Any
 
 import httpx
@@ -51,10 +54,12 @@ async def one_run(
     requests: int,
     redis_url: str | None = None,
     endpoint: str = "chat",
+    profiler: cProfile.Profile | None = None,
 ) -> float:
     """Process CPU milliseconds per request after a 50-request warm-up: a forwarded
     ``POST /v1/chat/completions``, or (``endpoint="feedback"``) a ``POST /feedback`` reward for a
-    decision made by ``POST /route`` beforehand (not counted)."""
+    decision made by ``POST /route`` beforehand (not counted). ``profiler`` profiles the measured
+    requests only."""
     settings = Settings(database_url=database_url, admin_key=ADMIN, embedder=embedder, redis_url=redis_url)
     await asyncio.to_thread(upgrade, database_url)
     app = create_app(settings)
@@ -93,9 +98,44 @@ async def one_run(
             for body in bodies[:50]:
                 (await client.post(path, json=body, headers=headers)).raise_for_status()
             start = time.process_time()
+            if profiler is not None:
+                profiler.enable()
             for body in bodies[50:]:
                 await client.post(path, json=body, headers=headers)
+            if profiler is not None:
+                profiler.disable()
             return (time.process_time() - start) * 1000 / requests
+
+
+def owner(filename: str, function: str) -> str:
+    """Who a profiled function belongs to: a package of the environment, a stdlib module, a file of
+    this project, or a builtin."""
+    if "site-packages/" in filename:
+        return filename.split("site-packages/")[1].split("/")[0]
+    if filename == "~":
+        return f"builtin {function}"
+    if "/lib/python3" in filename:
+        return "stdlib " + filename.split("/lib/python3")[1].split("/", 1)[1].split("/")[0]
+    return filename.rsplit("/work/main/", 1)[-1]
+
+
+def print_profile(profiler: cProfile.Profile, requests: int, top: int) -> None:
+    """Self time by owner (``top`` of them, shares of the profiled total), and two counts per request:
+    Redis commands sent and SQLAlchemy's greenlet hand-offs (one per session operation)."""
+    stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+    by_owner: Counter[str] = Counter()
+    calls: Counter[str] = Counter()
+    for (filename, _line, function), (_cc, ncalls, tottime, _ct, _callers) in stats.items():
+        by_owner[owner(filename, function)] += tottime
+        if function == "pack_command" and "redis/" in filename:
+            calls["Redis commands"] += ncalls
+        if function == "greenlet_spawn":
+            calls["SQLAlchemy greenlet hand-offs"] += ncalls
+    total = sum(by_owner.values())
+    for name, seconds in by_owner.most_common(top):
+        print(f"  {seconds / total:6.1%}  {name}")
+    for name in ("Redis commands", "SQLAlchemy greenlet hand-offs"):
+        print(f"  {name} per request: {calls[name] / requests:.2f}")
 
 
 def main() -> None:
@@ -109,6 +149,9 @@ def main() -> None:
     parser.add_argument("--database-url", help="default: a fresh SQLite file per run")
     parser.add_argument("--redis-url", help="default: none (the in-process bus and cache)")
     parser.add_argument("--endpoint", choices=["chat", "feedback"], default="chat")
+    parser.add_argument(
+        "--profile", type=int, metavar="TOP", help="then one run under cProfile: its TOP owners of self time"
+    )
     args = parser.parse_args()
     figures = []
     for _ in range(args.runs):
@@ -118,10 +161,18 @@ def main() -> None:
                 one_run(url, args.policy, args.embedder, args.requests, args.redis_url, args.endpoint)
             )
         )
-    runs = ", ".join(f"{f:.2f}" for f in figures)
-    print(
-        f"{args.policy}, {args.endpoint}: process CPU per request {statistics.median(figures):.2f} ms (runs: {runs})"
-    )
+    if figures:
+        runs = ", ".join(f"{f:.2f}" for f in figures)
+        median = statistics.median(figures)
+        print(f"{args.policy}, {args.endpoint}: process CPU per request {median:.2f} ms (runs: {runs})")
+    if args.profile:
+        profiler = cProfile.Profile()
+        url = args.database_url or f"sqlite+aiosqlite:///{tempfile.mkdtemp()}/banditgate.db"
+        asyncio.run(
+            one_run(url, args.policy, args.embedder, args.requests, args.redis_url, args.endpoint, profiler)
+        )
+        print("one more run, under cProfile (not in the figures above):")
+        print_profile(profiler, args.requests, args.profile)
 
 
 if __name__ == "__main__":
