@@ -4,7 +4,7 @@ the servers of tests/fake_backend.py. Misbehaving backends must never take the g
 from __future__ import annotations
 
 import asyncio
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import httpx
 import httpx2
@@ -12,6 +12,7 @@ import openai
 import pytest
 from fastapi import FastAPI
 from sqlalchemy import event, select
+from sqlalchemy.ext.asyncio import session as async_session_module
 
 from app.backend_keys import decrypt_key, fernet_for
 from app.main import create_app
@@ -639,6 +640,50 @@ class WriteCommits:
         event.remove(self.engine, "commit", self._commit)
         event.remove(self.engine, "rollback", self._rollback)
         self.count += self.ledger.commits - self._ledger_before
+
+
+class SessionHandOffs:
+    """Counts the AsyncSession operations that hand work to SQLAlchemy's greenlet, but the session's
+    close (a statement, a flush, a commit, a rollback): what a request costs in session machinery."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        spawn = async_session_module.greenlet_spawn
+
+        async def counted(fn: Any, *args: Any, **kwargs: Any) -> Any:
+            if getattr(fn, "__name__", "") != "close":
+                self.count += 1
+            return await spawn(fn, *args, **kwargs)
+
+        monkeypatch.setattr(async_session_module, "greenlet_spawn", counted)
+
+
+async def test_a_forwarded_request_and_its_feedback_served_from_the_caches_use_no_session_operation(
+    stack: Stack, fake: FakeBackends, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the catalog holds the key, router and backend, a forwarded request (kNN-UCB: its counter
+    read through the ledger) and a POST /feedback (its decision read through the ledger) make no
+    statement or commit on the request's session (before pass 7: 2 and 4 such hand-offs)."""
+    app = gateway_app(stack)
+    async with running(app) as client:
+        backend = await add_backend(client, fake, "plain")
+        key = await add_tenant(client, [backend], policy="knn-ucb", hyperparameters={})
+        body = {"model": "router", "messages": [{"role": "user", "content": PROMPT}]}
+        warm = await client.post("/v1/chat/completions", json=body, headers=bearer(key))
+        assert warm.status_code == 200, warm.text
+        handoffs = SessionHandOffs(monkeypatch)
+        answer = await client.post("/v1/chat/completions", json=body, headers=bearer(key))
+        assert answer.status_code == 200, answer.text
+        assert handoffs.count == 0
+        decision = answer.headers["x-banditgate-decision-id"]
+        feedback = {"decision_id": decision, "reward": 1.0}
+        accepted = await client.post("/feedback", json=feedback, headers=bearer(key))
+        assert accepted.status_code == 202 and accepted.json()["model"] == backend
+        assert handoffs.count == 0
+        foreign = await client.post(
+            "/feedback", json={"decision_id": "not-a-decision", "reward": 1.0}, headers=bearer(key)
+        )
+        assert foreign.status_code == 404
 
 
 @pytest.mark.parametrize(
