@@ -1,9 +1,10 @@
 """Prompt -> unit vector for the request path, cached by prompt hash.
 
 The cache is an in-process LRU, in front of Redis when Redis is configured (shared by every replica,
-with a TTL), so a prompt this process has seen costs no round trip. The embedder itself runs in a worker thread so the event loop keeps serving. With
-``embed_pool`` set, cache misses go to the pool of embedding workers (``banditgate worker embed``) over a
-Redis stream, and fall back to the in-process embedder when the pool does not answer in time.
+with a TTL), so a prompt this process has seen costs no round trip. The embedder itself runs in a
+worker thread so the event loop keeps serving. With ``embed_pool`` set, cache misses go to the pool of
+embedding workers (``banditgate worker embed``) over a Redis stream, and fall back to the in-process
+embedder when the pool does not answer in time.
 
 The pool's wire protocol (the worker is ``workers/embed_worker.py``):
 
