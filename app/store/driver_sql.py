@@ -164,13 +164,29 @@ def info_merge(dialect_name: str, values: str = "") -> str:
     )
 
 
-def counts_select(dialect_name: str, routers: int = 1) -> str:
-    """Routers' counters (router_id, decisions, query_rounds): SQLite takes ``routers`` ids as
-    parameters, Postgres one array."""
-    head = f"SELECT router_id, decisions, query_rounds FROM {RouterCounter.__tablename__} WHERE router_id"
+SQLITE_KEYS_PER_SELECT = 500  # well under SQLite's bound on a statement's parameters
+Select = tuple[str, list[Any]]  # a statement and its parameters
+
+
+def selects_by_key(head: str, pg_type: str, keys: Sequence[Any], dialect_name: str) -> list[Select]:
+    """``head`` (a SELECT ending in ``WHERE <column>``) for the rows whose column is one of ``keys``:
+    on Postgres one statement taking them as one array of ``pg_type``, on SQLite one statement per
+    ``SQLITE_KEYS_PER_SELECT`` keys; none for no keys."""
+    if not keys:
+        return []
     if dialect_name == "postgresql":
-        return f"{head} = ANY($1::BIGINT[])"
-    return f"{head} IN ({', '.join('?' * routers)})"
+        return [(f"{head} = ANY($1::{pg_type}[])", [list(keys)])]
+    selects: list[Select] = []
+    for start in range(0, len(keys), SQLITE_KEYS_PER_SELECT):
+        chunk = list(keys[start : start + SQLITE_KEYS_PER_SELECT])
+        selects.append((f"{head} IN ({', '.join('?' * len(chunk))})", chunk))
+    return selects
+
+
+def counts_selects(dialect_name: str, router_ids: Sequence[int]) -> list[Select]:
+    """Routers' counters: (router_id, decisions, query_rounds) rows."""
+    head = f"SELECT router_id, decisions, query_rounds FROM {RouterCounter.__tablename__} WHERE router_id"
+    return selects_by_key(head, "BIGINT", router_ids, dialect_name)
 
 
 def _result_processor(column: Column[Any], dialect_name: str) -> Processor | None:
@@ -213,10 +229,7 @@ def driver_rows(model: type[Base], dialect_name: str) -> DriverRows:
     return DriverRows(sql, keys, tuple(_result_processor(c, dialect_name) for c in columns))
 
 
-def decisions_select(dialect_name: str, count: int = 1) -> str:
-    """Every column of the decisions whose ids are given: SQLite takes ``count`` ids as parameters,
-    Postgres one array."""
+def decisions_selects(dialect_name: str, ids: Sequence[str]) -> list[Select]:
+    """Every column of the decisions of ``ids`` (rows for ``driver_rows(DecisionRow, ...)``)."""
     head = f"{driver_rows(DecisionRow, dialect_name).sql} WHERE {DecisionRow.__tablename__}.id"
-    if dialect_name == "postgresql":
-        return f"{head} = ANY($1::VARCHAR[])"
-    return f"{head} IN ({', '.join('?' * count)})"
+    return selects_by_key(head, "VARCHAR", ids, dialect_name)

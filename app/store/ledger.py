@@ -10,6 +10,10 @@ about fifteen hand-offs to aiosqlite's thread per forwarded request, on Postgres
 statement). Concurrent requests share a commit: one WAL flush on Postgres, one write-lock turn on
 SQLite.
 
+The same writer answers the two reads the request path makes of committed rows, a router's counter
+and the decisions a feedback event is about (``Ledger.counts``, ``Ledger.decisions``): every read
+waiting with a batch is served by one statement per kind, before the batch's writes.
+
 A batch is all or nothing; when its transaction fails (one write breaking a constraint, say), each
 write of it is committed again alone, so a bad write fails only its own request.
 
@@ -27,7 +31,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from app.store.driver_sql import counts_select, decisions_select, driver_rows, model_params
+from app.store.driver_sql import counts_selects, decisions_selects, driver_rows, model_params
 from app.store.models import Attempt, DecisionRow, FeedbackEvent
 
 FeedbackKey = tuple[str | None, str, str]  # (decision_id, model, kind): the feedback table's unique key
@@ -85,7 +89,6 @@ Queued = PreparedWrite | Read
 Counts = tuple[int, int]
 # a write's feedback ids, a read's counts or decisions, or its error
 Outcome = list[int | None] | Counts | list[DecisionRow] | BaseException
-SQLITE_IDS_PER_SELECT = 500  # well under SQLite's bound on a statement's parameters
 
 
 def split(batch: Sequence[Queued]) -> tuple[list[tuple[int, Read]], list[tuple[int, PreparedWrite]]]:
@@ -99,23 +102,13 @@ Statement = tuple[type[Read], str, list[Any]]  # the kind of read it serves, its
 
 
 def read_statements(reads: Sequence[tuple[int, Read]], dialect_name: str) -> list[Statement]:
-    """The statements that answer a batch's reads: one for every counter asked about, one for every
-    decision (on SQLite, one per ``SQLITE_IDS_PER_SELECT`` decisions), each row once."""
-    statements: list[Statement] = []
+    """The statements that answer a batch's reads, each counter and each decision asked for once
+    (``driver_sql.selects_by_key``: one statement per kind on Postgres)."""
     routers = sorted({read.router_id for _, read in reads if isinstance(read, CountsRead)})
     ids = sorted({i for _, read in reads if isinstance(read, DecisionsRead) for i in read.ids})
-    if dialect_name == "postgresql":
-        if routers:
-            statements.append((CountsRead, counts_select(dialect_name), [routers]))
-        if ids:
-            statements.append((DecisionsRead, decisions_select(dialect_name), [ids]))
-        return statements
-    if routers:
-        statements.append((CountsRead, counts_select(dialect_name, len(routers)), list(routers)))
-    for start in range(0, len(ids), SQLITE_IDS_PER_SELECT):
-        chunk = ids[start : start + SQLITE_IDS_PER_SELECT]
-        statements.append((DecisionsRead, decisions_select(dialect_name, len(chunk)), chunk))
-    return statements
+    counts = [(CountsRead, sql, params) for sql, params in counts_selects(dialect_name, routers)]
+    decisions = [(DecisionsRead, sql, params) for sql, params in decisions_selects(dialect_name, ids)]
+    return [*counts, *decisions]
 
 
 def read_outcomes(
@@ -187,7 +180,8 @@ def feedback_ids(
 
 
 class LedgerError(Exception):
-    """A write the database refused or could not take; the request that made it fails (a 500)."""
+    """A write (or read) the database refused or could not take; the request that made it fails (a
+    500)."""
 
 
 class LedgerClosed(LedgerError):

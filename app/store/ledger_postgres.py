@@ -146,7 +146,7 @@ class PostgresLedger(Ledger):
             settle((future, outcome) for (_, future), outcome in zip(batch, outcomes, strict=True))
 
     async def _serve(self, batch: Sequence[Queued]) -> list[Outcome]:
-        """The batch's reads (one statement, before its writes), then its writes (one statement)."""
+        """The batch's reads (``read_statements``, before its writes), then its writes (one statement)."""
         reads, writes = split(batch)
         try:
             results = [

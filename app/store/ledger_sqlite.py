@@ -94,7 +94,7 @@ class SqliteLedger(Ledger):
             self._conn.close()
 
     def _serve(self, batch: Sequence[Queued]) -> list[Outcome]:
-        """The batch's reads (one statement, before its writes), then its writes (one transaction)."""
+        """The batch's reads (``read_statements``, before its writes), then its writes (one transaction)."""
         reads, writes = split(batch)
         try:
             results = [
