@@ -22,6 +22,7 @@ import statistics
 import tempfile
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -30,6 +31,7 @@ from app.main import create_app
 from app.settings import Settings
 from app.store.migrate import upgrade
 
+CHECKOUT = f"{Path(__file__).resolve().parents[1]}/"  # profiled files are named from here
 ADMIN = "experiment-admin-key-0123456789abcdef"
 COMPLETION = {
     "id": "c",
@@ -116,7 +118,7 @@ def owner(filename: str, function: str) -> str:
         return f"builtin {function}"
     if "/lib/python3" in filename:
         return "stdlib " + filename.split("/lib/python3")[1].split("/", 1)[1].split("/")[0]
-    return filename.rsplit("/work/main/", 1)[-1]
+    return filename.removeprefix(CHECKOUT)
 
 
 def print_profile(profiler: cProfile.Profile, requests: int, top: int) -> None:
