@@ -4,6 +4,11 @@
 each process. ``InProcessBus`` is the embedded default: publishing delivers to the handler at once, in
 the publishing process only (so the embedded default is one process). Both call one handler,
 ``handler(message)``, for every message, the process's own writes included.
+
+``publish`` returns once the message is sent; ``publish_soon`` returns once it is queued, for a message
+whose sender need not wait (the gateway's own cost events: they are committed already, and the answer
+waits for neither the send nor the fold). The Redis bus sends its queue from one publisher task, all
+that queued during the previous send in one pipelined round trip; ``close`` sends what is still queued.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ class EventBus(Protocol):
 
     async def publish(self, message: Message) -> None: ...
 
+    async def publish_soon(self, message: Message) -> None: ...
+
     async def close(self) -> None: ...
 
     async def ping(self) -> bool: ...
@@ -46,6 +53,10 @@ class InProcessBus:
     async def publish(self, message: Message) -> None:
         if self._handler is not None:
             await self._handler(message)
+
+    async def publish_soon(self, message: Message) -> None:
+        """As ``publish``: the fold is all there is to send."""
+        await self.publish(message)
 
     async def close(self) -> None:
         self._handler = None
@@ -71,6 +82,9 @@ class RedisStreamBus:
         self._last_id = "0-0"
         self._healthy_at_start = True
         self._stopping = False
+        self._handler: Handler | None = None
+        self._outbox: list[Message] = []
+        self._publisher: asyncio.Task[None] | None = None
 
     async def _position_now(self) -> str:
         newest = await self.redis.xrevrange(self.stream, count=1)
@@ -82,6 +96,7 @@ class RedisStreamBus:
         except (RedisError, OSError) as exc:
             log.warning("event stream unavailable at start (%s); will retry and resync", exc)
             self._healthy_at_start = False
+        self._handler = handler
         self._task = asyncio.create_task(self._tail(handler, on_gap), name="event-stream-tailer")
 
     async def _tail(self, handler: Handler, on_gap: ResyncHandler) -> None:
@@ -116,15 +131,59 @@ class RedisStreamBus:
                 backoff = min(backoff * 2, 2.0)
 
     async def publish(self, message: Message) -> None:
-        await self.redis.xadd(
-            self.stream, {"m": encode_message(message)}, maxlen=self.maxlen, approximate=True
-        )
+        await self.redis.xadd(self.stream, self._fields(message), maxlen=self.maxlen, approximate=True)
+
+    async def publish_soon(self, message: Message) -> None:
+        """Queue ``message`` for the publisher task, started here when none is running. A message
+        queued while the task sends joins its next send."""
+        self._outbox.append(message)
+        if self._publisher is None or self._publisher.done():
+            self._publisher = asyncio.create_task(self._send_outbox(), name="event-stream-publisher")
+
+    async def _send_outbox(self) -> None:
+        """Send the queue until it is empty: one XADD, or a pipeline of them (no MULTI: one round trip)
+        when several queued. A send that fails folds its messages in this process, like a failed
+        ``publish`` (app/routing/feedback.py): they are committed, and other processes fold them at
+        their next resync or compaction."""
+        while self._outbox:
+            batch, self._outbox = self._outbox, []
+            try:
+                if len(batch) == 1:
+                    await self.publish(batch[0])
+                else:
+                    pipeline = self.redis.pipeline(transaction=False)
+                    for message in batch:
+                        pipeline.xadd(
+                            self.stream, self._fields(message), maxlen=self.maxlen, approximate=True
+                        )
+                    await pipeline.execute()
+            except Exception as exc:
+                log.warning("publishing %d events failed (%s); folding them locally", len(batch), exc)
+                for message in batch:
+                    await self._fold_here(message)
+
+    async def _fold_here(self, message: Message) -> None:
+        if self._handler is None:
+            return
+        try:
+            await self._handler(message)
+        except Exception:
+            log.exception("failed to fold an unpublished event locally")
+
+    @staticmethod
+    def _fields(message: Message) -> dict[str, str]:
+        return {"m": encode_message(message)}
 
     async def close(self) -> None:
-        """Stop the tailer: it returns after its current read (at most ``block_ms``). Cancelling it
-        inside a blocked XREAD is only the fallback, and is waited on for a bounded time: redis-py can
-        leave a read cancelled mid-reply waiting forever, which hung the app's shutdown (seen in a
-        test whose request timing moved)."""
+        """Send what is queued (waiting at most ``CLOSE_GRACE_S``), then stop the tailer: it returns
+        after its current read (at most ``block_ms``). Cancelling it inside a blocked XREAD is only the
+        fallback, and is waited on for a bounded time: redis-py can leave a read cancelled mid-reply
+        waiting forever, which hung the app's shutdown (seen in a test whose request timing moved)."""
+        if self._publisher is not None:
+            await asyncio.wait({self._publisher}, timeout=CLOSE_GRACE_S)
+            if not self._publisher.done():
+                log.warning("closing before the queued events were sent: other processes fold them later")
+                self._publisher.cancel()
         if self._task is None:
             return
         self._stopping = True

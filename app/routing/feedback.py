@@ -1,6 +1,6 @@
 """Feedback events (``Outcome``): validate, insert idempotently and commit (through the ledger,
 app/store/ledger.py), publish; clients' events wait for their own fold (read-your-writes), the
-gateway's own (costs, cascade steps) do not."""
+gateway's own (costs, cascade steps) wait for neither the send nor the fold."""
 
 from __future__ import annotations
 
@@ -204,11 +204,13 @@ async def existing_ids(
 async def publish_feedback(ctx: AppContext, messages: list[FeedbackMessage], wait: bool = True) -> None:
     """Publish committed events. A failed publish loses nothing: the events are in the database and
     replicas fold them on their next resync; this process folds them itself right away. With ``wait``,
-    return once this process folded them (at most ``read_your_writes_timeout_s``)."""
+    return once this process folded them (at most ``read_your_writes_timeout_s``); without, once they
+    are queued for the bus's publisher (``EventBus.publish_soon``: the gateway's own events, whose
+    answer waits for neither the send nor the fold)."""
     waits: dict[int, list[int]] = defaultdict(list)
     for message in messages:
         try:
-            await ctx.bus.publish(message)
+            await (ctx.bus.publish(message) if wait else ctx.bus.publish_soon(message))
         except Exception as exc:
             log.warning("publishing event %s failed (%s); folding locally", message.event_id, exc)
             await ctx.states.handle(message)
