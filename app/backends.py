@@ -134,6 +134,27 @@ def status_phrase(status: int) -> str:
         return str(status)
 
 
+class NoCookies(httpx.Cookies):
+    """A cookie store that keeps and sends nothing."""
+
+    def extract_cookies(self, response: httpx.Response) -> None:
+        return None
+
+
+class CookielessClient(httpx.AsyncClient):
+    """The backends' HTTP client, with no cookie jar. One client serves every tenant, so a cookie that
+    one backend answer sets (a load balancer's or a bot filter's, say) must not ride along on the next
+    request, another tenant's; and keeping none skips parsing every answer's headers for cookies."""
+
+    @property
+    def cookies(self) -> httpx.Cookies:
+        return NoCookies()
+
+    @cookies.setter
+    def cookies(self, cookies: object) -> None:
+        raise TypeError("the backends' client keeps no cookies")
+
+
 class BackendClient:
     def __init__(self, settings: Settings, transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.max_retries = settings.forward_max_retries
@@ -143,7 +164,7 @@ class BackendClient:
             max_connections=settings.forward_max_connections,
             max_keepalive_connections=settings.forward_max_connections,
         )
-        self.http = httpx.AsyncClient(limits=limits, transport=transport, follow_redirects=False)
+        self.http = CookielessClient(limits=limits, transport=transport, follow_redirects=False)
         # every secret an upstream answer could echo: the gateway's own, and each backend key it sent
         self.secrets: set[str] = {
             s.get_secret_value()

@@ -10,7 +10,8 @@ even when asked), ``echo`` (an ``ok`` answer whose extra field ``received`` is t
 connection without a response), ``status-<code>`` (always that status), ``flaky-<n>`` (503 for the
 first n requests, then ``ok``), ``retryafter-<s>`` (429 with ``Retry-After: s`` once, then ``ok``), ``echoheaders-<code>`` (that status, with an error body that echoes the request's headers, the
 ``Authorization`` the gateway sent first, as a careless backend might), ``slowstream`` (a stream of 50 chunks 0.1 s apart that notes whether the
-client went away before the end), ``breakstream`` (one chunk, then the connection is closed).
+client went away before the end), ``breakstream`` (one chunk, then the connection is closed), ``setcookie``
+(an ``ok`` answer that sets a cookie, as a load balancer in front of a real backend does).
 """
 
 from __future__ import annotations
@@ -149,6 +150,9 @@ class FakeBackends:
         elif kind == "retryafter" and self.counts[behaviour] == 1:
             extra = f"Retry-After: {arg}\r\n"
             await self._send(writer, 429, b'{"error": {"message": "slow down"}}', "application/json", extra)
+        elif kind == "setcookie":
+            completion = json.dumps(self.completion(behaviour, body)).encode()
+            await self._send(writer, 200, completion, "application/json", "Set-Cookie: lb=node-7; Path=/\r\n")
         elif body.get("stream"):
             await self._stream(behaviour, body, reader, writer)
         elif path.endswith("/images/generations"):

@@ -274,6 +274,22 @@ async def test_retry_after_a_transient_error(sqlite_stack: Stack, fake: FakeBack
         assert answer["response"]["choices"][0]["message"]["content"] == "answer from flaky-1"
 
 
+async def test_a_cookie_a_backend_sets_is_never_sent_again(sqlite_stack: Stack, fake: FakeBackends) -> None:
+    """One HTTP client serves every tenant: a cookie from one answer must not ride on the next request
+    (another tenant's here) to that backend."""
+    app = gateway_app(sqlite_stack)
+    async with running(app) as client:
+        backend = await add_backend(client, fake, "setcookie")
+        keys = [await add_tenant(client, [backend]) for _ in range(2)]
+        body = {"model": "router", "messages": [{"role": "user", "content": PROMPT}]}
+        for key in keys:
+            answer = await client.post("/v1/chat/completions", json=body, headers=bearer(key))
+            assert answer.status_code == 200, answer.text
+        seen = fake.seen("setcookie")
+        assert len(seen) == 2
+        assert "cookie" not in seen[1].headers
+
+
 async def test_a_broken_stream_ends_with_an_error_event(sqlite_stack: Stack, fake: FakeBackends) -> None:
     app = gateway_app(sqlite_stack)
     async with running(app) as client:
