@@ -9,6 +9,11 @@ database writes, the JSON) plus the in-process client's, with none of the noise 
 sharing the two cores. Medians over ``--runs`` runs; compare versions by running it in each checkout
 one after the other. The server-level figures stay with ``banditgate bench gateway``.
 
+``--stages`` adds one more run that times, in wall milliseconds, the awaited steps of each measured
+request (the admission, the upstream call, the ledger's reads and writes, the bus's sends, the wait for
+the fold, the slot's release) and the request itself, and prints each one's median: where a request
+waits, which process CPU does not show.
+
 experiments/ is not packaged and may import app/.
 """
 
@@ -17,11 +22,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import functools
 import pstats
 import statistics
 import tempfile
 import time
-from collections import Counter
+from collections import Counter, defaultdict
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +56,33 @@ def upstream(_: httpx.Request) -> httpx.Response:
     return httpx.Response(200, json=COMPLETION)
 
 
+Stages = defaultdict[str, list[float]]  # wall milliseconds of each awaited step, by step
+
+# (the context's attribute, its method): the steps ``--stages`` times
+STAGES = [
+    ("limiter", "admit_from"),
+    ("limiter", "release"),
+    ("backends", "call_json"),
+    ("ledger", "decisions"),
+    ("ledger", "write"),
+    ("bus", "publish"),
+    ("bus", "publish_soon"),
+    ("states", "wait_folded"),
+]
+
+
+def timed(stages: Stages, name: str, method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    @functools.wraps(method)
+    async def step(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return await method(*args, **kwargs)
+        finally:
+            stages[name].append((time.perf_counter() - start) * 1000)
+
+    return step
+
+
 async def one_run(
     database_url: str,
     policy: str,
@@ -57,17 +91,24 @@ async def one_run(
     redis_url: str | None = None,
     endpoint: str = "chat",
     profiler: cProfile.Profile | None = None,
+    stages: Stages | None = None,
 ) -> float:
     """Process CPU milliseconds per request after a 50-request warm-up: a forwarded
     ``POST /v1/chat/completions``, or (``endpoint="feedback"``) a ``POST /feedback`` reward for a
     decision made by ``POST /route`` beforehand (not counted). ``profiler`` profiles the measured
-    requests only."""
+    requests only; ``stages`` collects the wall times of their steps (``STAGES``) and of each request."""
     settings = Settings(database_url=database_url, admin_key=ADMIN, embedder=embedder, redis_url=redis_url)
     await asyncio.to_thread(upgrade, database_url)
     app = create_app(settings)
     admin = {"Authorization": f"Bearer {ADMIN}"}
     async with app.router.lifespan_context(app):
-        app.state.ctx.backends.http = httpx.AsyncClient(transport=httpx.MockTransport(upstream))
+        ctx = app.state.ctx
+        ctx.backends.http = httpx.AsyncClient(transport=httpx.MockTransport(upstream))
+        if stages is not None:
+            for owner_name, method in STAGES:
+                owner = getattr(ctx, owner_name)
+                if hasattr(owner, method):
+                    setattr(owner, method, timed(stages, f"{owner_name}.{method}", getattr(owner, method)))
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:
             tenant = f"t{time.monotonic_ns()}"
@@ -99,11 +140,16 @@ async def one_run(
                 path = "/v1/chat/completions"
             for body in bodies[:50]:
                 (await client.post(path, json=body, headers=headers)).raise_for_status()
+            if stages is not None:
+                stages.clear()
             start = time.process_time()
             if profiler is not None:
                 profiler.enable()
             for body in bodies[50:]:
+                began = time.perf_counter()
                 await client.post(path, json=body, headers=headers)
+                if stages is not None:
+                    stages["request"].append((time.perf_counter() - began) * 1000)
             if profiler is not None:
                 profiler.disable()
             return (time.process_time() - start) * 1000 / requests
@@ -154,6 +200,9 @@ def main() -> None:
     parser.add_argument(
         "--profile", type=int, metavar="TOP", help="then one run under cProfile: its TOP owners of self time"
     )
+    parser.add_argument(
+        "--stages", action="store_true", help="then one run timing each awaited step (wall ms, medians)"
+    )
     args = parser.parse_args()
     figures = []
     for _ in range(args.runs):
@@ -175,6 +224,17 @@ def main() -> None:
         )
         print("one more run, under cProfile (not in the figures above):")
         print_profile(profiler, args.requests, args.profile)
+    if args.stages:
+        stages: Stages = defaultdict(list)
+        url = args.database_url or f"sqlite+aiosqlite:///{tempfile.mkdtemp()}/banditgate.db"
+        asyncio.run(
+            one_run(
+                url, args.policy, args.embedder, args.requests, args.redis_url, args.endpoint, stages=stages
+            )
+        )
+        print("one more run, each awaited step's wall time (median ms; the count is per measured request):")
+        for name, times in stages.items():
+            print(f"  {name:22s} {statistics.median(times):7.3f} ms  x{len(times) / args.requests:.2f}")
 
 
 if __name__ == "__main__":
