@@ -26,6 +26,13 @@ With ``--route-only`` each gateway is also measured on ``POST /route`` (no forwa
 ``--feedback`` on ``POST /feedback``, a reward for a fresh decision per request (made through ``/route``
 before the run, outside its timing and CPU count).
 
+With ``--litellm PATH`` (never required) a peer gateway is measured in the same rounds: the LiteLLM
+proxy whose ``litellm`` executable PATH names, installed in a virtualenv of its own (``pip install
+'litellm[proxy]==1.80.0'``: its dependencies would clash with this project's), with one worker, no
+database, no callbacks, no access log and its bundled model cost map (``LITELLM_LOCAL_MODEL_COST_MAP``:
+it reads nothing from the network), forwarding ``model: router`` to the upstream as an OpenAI model. It
+runs under its own uvicorn and HTTP parser; its ratios are against the bare proxy on the first ``--http``.
+
 Reported: medians over rounds, and ratios against the bare proxy. Prompts are ``--prompts`` fixed
 texts, embedded once in the warm-up, so kNN routing runs on cached embeddings. The table names the
 durability settings in force (they are never changed here): Postgres ``fsync`` and ``synchronous_commit``
@@ -304,6 +311,66 @@ def uvicorn_cmd(target: str, port: int, http: str = "") -> list[str]:
     ]
 
 
+LITELLM = "litellm (peer)"
+
+
+def litellm_config(upstream: str) -> dict[str, Any]:
+    """The LiteLLM proxy's config: ``model: router`` forwarded to ``upstream`` as an OpenAI model, with
+    no callbacks and no telemetry (no database: none is configured)."""
+    return {
+        "model_list": [
+            {
+                "model_name": "router",
+                "litellm_params": {"model": "openai/bench", "api_base": upstream + "/v1", "api_key": "bench"},
+            }
+        ],
+        "litellm_settings": {"telemetry": False, "callbacks": [], "success_callback": []},
+    }
+
+
+# uvicorn's logging as a dictConfig with the access log off (``--log_config``; LiteLLM has no flag for it)
+LITELLM_LOGGING: dict[str, Any] = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"stderr": {"class": "logging.StreamHandler"}},
+    "loggers": {
+        "uvicorn": {"handlers": ["stderr"], "level": "WARNING"},
+        "uvicorn.access": {"handlers": ["stderr"], "level": "WARNING", "propagate": False},
+    },
+}
+
+
+def litellm_cmd(executable: str, config: Path, logging_config: Path, port: int) -> list[str]:
+    return [
+        executable,
+        "--config",
+        str(config),
+        "--port",
+        str(port),
+        "--num_workers",
+        "1",
+        "--telemetry",
+        "False",
+        "--log_config",
+        str(logging_config),
+    ]
+
+
+def start_litellm(
+    stack: ExitStack, executable: str, tmp: Path, base_env: dict[str, str], upstream: System, http: str
+) -> System:
+    """The LiteLLM proxy in front of the upstream, running until ``stack`` closes."""
+    config, logging_config = tmp / "litellm.json", tmp / "litellm-logging.json"
+    config.write_text(json.dumps(litellm_config(upstream.url)))  # YAML is a superset of JSON
+    logging_config.write_text(json.dumps(LITELLM_LOGGING))
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = base_env | {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR"}
+    cmd = litellm_cmd(executable, config, logging_config, port)
+    proc = stack.enter_context(process(cmd, env, url, "/health/liveliness", cwd=str(tmp)))
+    return System(LITELLM, url, proc.pid, http=http)
+
+
 def admin_setup(url: str, upstream: str, policy: str) -> str:
     """A tenant, one backend (the upstream) and a default router; returns the tenant's API key."""
     admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
@@ -447,6 +514,8 @@ def start_systems(stack: ExitStack, args: argparse.Namespace, tmp: Path) -> tupl
     systems: list[System] = []
     for http in args.http:
         systems.extend(start_for_parser(stack, args, tmp, base_env, upstream, http))
+    if args.litellm:
+        systems.append(start_litellm(stack, args.litellm, tmp, base_env, upstream, args.http[0]))
     return upstream, systems
 
 
@@ -707,6 +776,13 @@ def add_subcommand(subparsers: Any) -> None:
         metavar="DIR",
         help="run each gateway under py-spy (dev extra); collapsed stacks and their top frames go to DIR "
         "(the profiler's own CPU counts in that run's figures: use it for profiles, not for the table)",
+    )
+    parser.add_argument(
+        "--litellm",
+        default=None,
+        metavar="PATH",
+        help="also measure the LiteLLM proxy whose `litellm` executable this is (its own virtualenv: "
+        "pip install 'litellm[proxy]==1.80.0'), as a peer gateway",
     )
     parser.add_argument("--quiet", action="store_true")
     parser.set_defaults(handler=gateway_main)

@@ -1,12 +1,23 @@
-"""``bench gateway``'s arithmetic: medians over rounds, overhead net of the upstream, ratios to the bare proxy."""
+"""``bench gateway``'s arithmetic (medians over rounds, overhead net of the upstream, ratios to the bare
+proxy) and how it starts its LiteLLM peer."""
 
 from __future__ import annotations
 
+import logging
+import logging.config
 import os
+from pathlib import Path
 
 import pytest
 
-from bench.gateway_bench import percentile, summarise, tree_cpu_seconds
+from bench.gateway_bench import (
+    LITELLM_LOGGING,
+    litellm_cmd,
+    litellm_config,
+    percentile,
+    summarise,
+    tree_cpu_seconds,
+)
 
 
 def test_overheads_are_medians_net_of_the_upstream_and_ratios_are_against_the_bare_proxy() -> None:
@@ -47,3 +58,29 @@ def test_tree_cpu_counts_this_process() -> None:
     before = tree_cpu_seconds(os.getpid())
     sum(i * i for i in range(2_000_000))  # burn some CPU
     assert tree_cpu_seconds(os.getpid()) > before
+
+
+def test_the_litellm_peer_forwards_router_to_the_upstream_with_no_access_log() -> None:
+    """The peer gets ``model: router`` and sends it to the upstream as an OpenAI model, logs no access
+    line (uvicorn's access logger is off under its logging config) and runs one worker."""
+    config = litellm_config("http://127.0.0.1:9999")
+    (model,) = config["model_list"]
+    assert model["model_name"] == "router"
+    assert model["litellm_params"]["api_base"] == "http://127.0.0.1:9999/v1"
+    assert model["litellm_params"]["model"].startswith("openai/")
+    assert config["litellm_settings"]["callbacks"] == [] == config["litellm_settings"]["success_callback"]
+    access = logging.getLogger("uvicorn.access")
+    before = (access.level, access.propagate, list(access.handlers))
+    try:
+        logging.config.dictConfig(LITELLM_LOGGING)
+        assert not access.isEnabledFor(logging.INFO)
+        assert access.isEnabledFor(logging.WARNING)
+    finally:
+        access.setLevel(before[0])
+        access.propagate = before[1]
+        access.handlers = before[2]
+    cmd = litellm_cmd("/venv/bin/litellm", Path("c.json"), Path("l.json"), 4000)
+    assert cmd[0] == "/venv/bin/litellm"
+    assert cmd[cmd.index("--num_workers") + 1] == "1"
+    assert cmd[cmd.index("--log_config") + 1] == "l.json"
+    assert cmd[cmd.index("--port") + 1] == "4000"
