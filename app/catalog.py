@@ -106,7 +106,10 @@ class Catalog:
 
     async def tenant_for_key(self, token: str) -> Tenant | None:
         """The tenant of an API key that is not revoked."""
-        key_hash = hash_key(token)
+        return await self.tenant_for_hash(hash_key(token))
+
+    async def tenant_for_hash(self, key_hash: str) -> Tenant | None:
+        """The tenant of the API key hashed to ``key_hash`` (``app.auth.hash_key``), if not revoked."""
 
         async def load(session: AsyncSession) -> Tenant | None:
             return await session.scalar(

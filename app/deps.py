@@ -72,8 +72,8 @@ async def admitted_address(request: Request, ctx: AppContext) -> str:
     return address
 
 
-async def looked_up_tenant(request: Request, ctx: AppContext, token: str) -> Tenant:
-    """The tenant of ``token`` read through the catalog, once the caller's address is within its
+async def looked_up_tenant(request: Request, ctx: AppContext, token: str, key_hash: str) -> Tenant:
+    """The tenant of ``token`` (hashed to ``key_hash``) read through the catalog, once the caller's address is within its
     failed-auth limit (checked first, so a guessing address cannot make the gateway read the
     database); a wrong key counts against that limit (401), the admin key is refused (403)."""
     address = await admitted_address(request, ctx)
@@ -82,7 +82,7 @@ async def looked_up_tenant(request: Request, ctx: AppContext, token: str) -> Ten
         raise HTTPException(
             status.HTTP_403_FORBIDDEN, "this endpoint needs a tenant API key, not the admin key"
         )
-    tenant = await ctx.catalog.tenant_for_key(token)
+    tenant = await ctx.catalog.tenant_for_hash(key_hash)
     if tenant is None:
         await ctx.limiter.count_failure(address)
         raise HTTPException(status.HTTP_401_UNAUTHORIZED, "invalid or revoked API key", headers=_UNAUTHORIZED)
@@ -105,7 +105,7 @@ async def current_tenant(
         limits = key_limits(tenant, ctx.settings)
         slot = await ctx.limiter.admit_from(client_address(request), key_hash, limits)
     else:
-        tenant = await looked_up_tenant(request, ctx, token)
+        tenant = await looked_up_tenant(request, ctx, token, key_hash)
         slot = await ctx.limiter.admit(key_hash, key_limits(tenant, ctx.settings))
     try:
         yield tenant
