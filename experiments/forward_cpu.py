@@ -204,34 +204,36 @@ def main() -> None:
         "--stages", action="store_true", help="then one run timing each awaited step (wall ms, medians)"
     )
     args = parser.parse_args()
-    figures = []
-    for _ in range(args.runs):
+
+    def run(profiler: cProfile.Profile | None = None, stages: Stages | None = None) -> float:
+        """One run of the requested endpoint, on ``--database-url`` or a fresh SQLite file."""
         url = args.database_url or f"sqlite+aiosqlite:///{tempfile.mkdtemp()}/banditgate.db"
-        figures.append(
-            asyncio.run(
-                one_run(url, args.policy, args.embedder, args.requests, args.redis_url, args.endpoint)
+        return asyncio.run(
+            one_run(
+                url,
+                args.policy,
+                args.embedder,
+                args.requests,
+                args.redis_url,
+                args.endpoint,
+                profiler=profiler,
+                stages=stages,
             )
         )
+
+    figures = [run() for _ in range(args.runs)]
     if figures:
         runs = ", ".join(f"{f:.2f}" for f in figures)
         median = statistics.median(figures)
         print(f"{args.policy}, {args.endpoint}: process CPU per request {median:.2f} ms (runs: {runs})")
     if args.profile:
         profiler = cProfile.Profile()
-        url = args.database_url or f"sqlite+aiosqlite:///{tempfile.mkdtemp()}/banditgate.db"
-        asyncio.run(
-            one_run(url, args.policy, args.embedder, args.requests, args.redis_url, args.endpoint, profiler)
-        )
+        run(profiler=profiler)
         print("one more run, under cProfile (not in the figures above):")
         print_profile(profiler, args.requests, args.profile)
     if args.stages:
         stages: Stages = defaultdict(list)
-        url = args.database_url or f"sqlite+aiosqlite:///{tempfile.mkdtemp()}/banditgate.db"
-        asyncio.run(
-            one_run(
-                url, args.policy, args.embedder, args.requests, args.redis_url, args.endpoint, stages=stages
-            )
-        )
+        run(stages=stages)
         print("one more run, each awaited step's wall time (median ms; the count is per measured request):")
         for name, times in stages.items():
             print(f"  {name:22s} {statistics.median(times):7.3f} ms  x{len(times) / args.requests:.2f}")
