@@ -664,6 +664,11 @@ def format_table(summary: dict[str, dict[str, float]], settings: dict[str, str])
 
 
 def gateway_main(args: argparse.Namespace) -> int:
+    if args.before and args.before_http not in args.http:
+        raise ValueError(
+            f"--before runs its gateways under --before-http {args.before_http}, which --http "
+            f"({' '.join(args.http)}) must name: add it to --http or pass --before-http {args.http[0]}"
+        )
     prompts = [
         f"benchmark prompt {i}: which model should answer this question about topic {i % 7}?"
         for i in range(args.prompts)
