@@ -92,7 +92,11 @@ async def open_context(settings: Settings) -> AppContext:
     limiter: RateLimiter
     if redis is not None:
         limiter = RedisLimiter(
-            redis, settings.rate_limit_prefix, auth_failure_limits(settings), settings.rate_limit_slot_lease_s
+            redis,
+            settings.rate_limit_prefix,
+            auth_failure_limits(settings),
+            settings.rate_limit_slot_lease_s,
+            release_delay_s=settings.rate_limit_release_delay_s,
         )
     else:
         limiter = InProcessLimiter(
@@ -124,6 +128,7 @@ async def close_context(ctx: AppContext) -> None:
     await ctx.backends.aclose()
     if ctx.embeddings.pool is not None:
         await ctx.embeddings.pool.close()
+    await ctx.limiter.close()
     if ctx.redis is not None:
         await ctx.redis.aclose()
     await ctx.engine.dispose()

@@ -215,6 +215,14 @@ class Settings(BaseSettings):
         allow_inf_nan=False,
         description="with Redis: an in-flight slot a crashed process never released expires after this",
     )
+    rate_limit_release_delay_s: float = Field(
+        0.01,
+        ge=0,
+        le=1.0,
+        allow_inf_nan=False,
+        description="with Redis: a released slot is sent with this process's next admission of its key, "
+        "or in a batch this long after the release; other processes see it held at most this much longer",
+    )
     auth_failure_limit: int = Field(
         50, ge=1, description="wrong keys one client address may send per auth_failure_window_s"
     )

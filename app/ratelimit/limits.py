@@ -90,7 +90,12 @@ class RateLimiter(Protocol):
         ...
 
     async def release(self, slot: Slot) -> None:
-        """Give back an admitted request's slot (never raises)."""
+        """Give back an admitted request's slot (never raises); the next admission of its key in this
+        process sees it free."""
+        ...
+
+    async def close(self) -> None:
+        """Give back, before shutdown, the slots released but not yet sent to a shared store."""
         ...
 
     async def check_address(self, address: str) -> None:

@@ -50,6 +50,9 @@ class InProcessLimiter:
         else:
             self._in_flight.pop(slot.key, None)
 
+    async def close(self) -> None:
+        return None
+
     async def check_address(self, address: str) -> None:
         bucket = self._failures.get(address)
         if bucket is None:

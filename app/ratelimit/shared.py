@@ -7,6 +7,12 @@ it would be full again), ``<p>:slots:<key>`` (a sorted set of in-flight slots sc
 a slot a crashed process never released frees itself after ``rate_limit_slot_lease_s``), and
 ``<p>:auth:<address>`` (the failed-auth bucket).
 
+A release costs no round trip of its own on the request's path: the slot is given back with this
+process's next admission of the same key (its script removes the slot before counting, so this process
+never sees its own released slot as held), or, when no admission comes first, in one pipelined batch
+sent ``release_delay_s`` after the release. Other processes see a released slot as held for at most that
+delay (plus a round trip) longer.
+
 When Redis cannot be reached the limiter admits (it fails open, with one warning per outage): the rate
 limits protect capacity, and refusing every request while Redis is down would be the outage they guard
 against.
@@ -14,6 +20,7 @@ against.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import Callable
@@ -26,11 +33,15 @@ from app.ratelimit.limits import AuthFailureLimits, KeyLimits, Slot
 log = logging.getLogger(__name__)
 
 # KEYS: bucket, slots[, address]. ARGV: rate, burst, take (1 = take a token, 0 = only check), concurrency
-# (0 = no slot), slot id, lease seconds, now (seconds; "" = Redis's TIME)[, the address bucket's rate and
-# burst]. With a third key, that failed-auth bucket is checked first (never taken from) and refuses with
-# {-2, wait_us}. Returns {1, 0} admitted, {0, wait_us} refused by the bucket, {-1, 0} refused for want of
-# a slot. The bucket arithmetic of app/ratelimit/bucket.py.
+# (0 = no slot), slot id, lease seconds, now (seconds; "" = Redis's TIME), the address bucket's rate and
+# burst ("" without an address key), then the ids of released slots to remove first. With a third key,
+# that failed-auth bucket is checked first (never taken from) and refuses with {-2, wait_us}. Returns
+# {1, 0} admitted, {0, wait_us} refused by the bucket, {-1, 0} refused for want of a slot. The bucket
+# arithmetic of app/ratelimit/bucket.py.
 ADMIT_LUA = """
+for i = 10, #ARGV do
+  redis.call('ZREM', KEYS[2], ARGV[i])
+end
 local rate = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
 local take = tonumber(ARGV[3])
@@ -92,6 +103,7 @@ class RedisLimiter:
         auth: AuthFailureLimits,
         slot_lease_s: float,
         clock: Callable[[], float] | None = None,
+        release_delay_s: float = 0.0,
     ) -> None:
         self._redis = redis
         self._prefix = prefix
@@ -100,6 +112,10 @@ class RedisLimiter:
         self._clock = clock
         self._script = redis.register_script(ADMIT_LUA)
         self._down = False
+        self._release_delay_s = release_delay_s
+        self._unsent: dict[str, list[str]] = {}  # key -> ids of slots released here, not yet sent
+        self._timer: asyncio.TimerHandle | None = None
+        self._flush: asyncio.Task[None] | None = None
 
     async def _run(
         self,
@@ -110,12 +126,15 @@ class RedisLimiter:
         slots: int,
         slot: str,
         address: str | None = None,
+        released: list[str] | None = None,
     ) -> list[int]:
         now = "" if self._clock is None else repr(self._clock())
-        args: list[str | int] = [repr(rate), burst, int(take), slots, slot, repr(self._lease_s), now]
+        args: list[str | int] = [repr(rate), burst, int(take), slots, slot, repr(self._lease_s), now, "", ""]
         if address is not None:
             keys = [*keys, self._key("auth", address)]
-            args += [repr(self._auth.rate), self._auth.burst]
+            args[7:9] = [repr(self._auth.rate), self._auth.burst]
+        if released:
+            args += released
         try:
             result = await self._script(keys=keys, args=args)
         except RedisError as exc:
@@ -140,9 +159,13 @@ class RedisLimiter:
     async def _admit(self, key: str, limits: KeyLimits, address: str | None) -> Slot:
         slot = Slot(key, uuid.uuid4().hex)
         keys = [self._key("bucket", key), self._key("slots", key)]
+        released = self._unsent.pop(key, None)
         code, wait_us = await self._run(
-            keys, limits.rate, limits.burst, True, limits.concurrency, slot.token, address
+            keys, limits.rate, limits.burst, True, limits.concurrency, slot.token, address, released
         )
+        if self._down and released:  # not removed: send them with the next batch
+            self._unsent.setdefault(key, []).extend(released)
+            self._schedule()
         if code == REFUSED_ADDRESS:
             raise self._auth.refusal(wait_us / 1e6)
         if code == REFUSED_SLOT:
@@ -152,10 +175,58 @@ class RedisLimiter:
         return slot
 
     async def release(self, slot: Slot) -> None:
+        """Queue the slot's removal (no round trip here): it rides on this process's next admission of
+        the key, or on the batch sent ``release_delay_s`` from now, whichever comes first."""
+        self._unsent.setdefault(slot.key, []).append(slot.token)
+        self._schedule()
+
+    def _schedule(self) -> None:
+        if self._timer is None and self._flush is None:
+            self._timer = asyncio.get_running_loop().call_later(self._release_delay_s, self._start_flush)
+
+    def _start_flush(self) -> None:
+        self._timer = None
+        self._flush = asyncio.create_task(self._send_releases())
+
+    async def _send_releases(self) -> None:
+        """One pipelined round trip removing every queued slot (no MULTI: each ZREM stands alone); a
+        batch Redis did not take is left to the slots' lease. The batch stays queued until Redis
+        answers, so an admission made meanwhile removes its key's slots again in its own script (a
+        ZREM of a removed slot is a no-op): whichever reaches Redis first, the admission never counts
+        them as held."""
+        batch = {key: list(tokens) for key, tokens in self._unsent.items()}
         try:
-            await self._redis.zrem(self._key("slots", slot.key), slot.token)
-        except RedisError as exc:  # the slot's lease frees it
-            log.warning("rate limiter: could not release a slot: %s", exc)
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for key, tokens in batch.items():
+                    pipe.zrem(self._key("slots", key), *tokens)
+                await pipe.execute()
+        except RedisError as exc:  # the slots' lease frees them
+            log.warning("rate limiter: could not release %d slots: %s", sum(map(len, batch.values())), exc)
+        finally:
+            for key, tokens in batch.items():
+                sent = set(tokens)
+                left = [token for token in self._unsent.get(key, []) if token not in sent]
+                if left:
+                    self._unsent[key] = left
+                else:
+                    self._unsent.pop(key, None)
+            self._flush = None
+            if self._unsent:
+                self._schedule()
+
+    async def close(self) -> None:
+        """Send the releases still queued (at shutdown: else they would hold their slots until their
+        lease ends)."""
+        while True:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            if self._flush is not None:
+                await asyncio.shield(self._flush)
+            elif self._unsent:
+                self._start_flush()
+            else:
+                return
 
     async def _auth_bucket(self, address: str, take: bool) -> list[int]:
         bucket = self._key("auth", address)

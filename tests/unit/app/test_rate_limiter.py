@@ -3,6 +3,7 @@ with an injected clock: a key's bucket and in-flight slots, and a client address
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable
 
 import pytest
@@ -34,9 +35,11 @@ async def limiter_and_clock(request: pytest.FixtureRequest) -> AsyncIterator[tup
         return
     redis = Redis.from_url(REDIS_URL)
     prefix = unique("bg:test-ratelimit")
+    limiter = RedisLimiter(redis, prefix, AUTH, slot_lease_s=60.0, clock=clock)
     try:
-        yield RedisLimiter(redis, prefix, AUTH, slot_lease_s=60.0, clock=clock), clock
+        yield limiter, clock
     finally:
+        await limiter.close()
         keys = [k async for k in redis.scan_iter(f"{prefix}:*")]
         if keys:
             await redis.delete(*keys)
@@ -143,15 +146,82 @@ async def test_a_redis_slot_never_released_frees_itself_after_its_lease() -> Non
     await redis.aclose()
 
 
+async def slots_in_redis(redis: Redis, prefix: str, key: str) -> int:
+    return int(await redis.zcard(f"{prefix}:slots:{key}"))
+
+
+async def test_a_redis_release_rides_on_the_next_admission_or_a_later_batch() -> None:
+    """A release sends nothing by itself: this process's next admission of the key removes the slot in
+    its own script (so it is free here at once), and a release no admission carries is sent in a batch
+    ``release_delay_s`` later, or by ``close``; another process sees it held until then."""
+    redis = Redis.from_url(REDIS_URL)
+    prefix = unique("bg:test-ratelimit")
+    one = KeyLimits(rate=1000.0, burst=1000, concurrency=1)
+    here = RedisLimiter(redis, prefix, AUTH, slot_lease_s=60.0, release_delay_s=60.0)
+    there = RedisLimiter(redis, prefix, AUTH, slot_lease_s=60.0, release_delay_s=60.0)
+    try:
+        held = await here.admit("k", one)
+        await here.release(held)
+        assert await slots_in_redis(redis, prefix, "k") == 1  # queued, not sent
+        await refusal(there.admit("k", one))  # another process still counts it
+        again = await here.admit("k", one)  # this one carries the release: admitted
+        assert await slots_in_redis(redis, prefix, "k") == 1  # the new slot only
+        await here.release(again)
+        await here.close()  # sends what is queued
+        assert await slots_in_redis(redis, prefix, "k") == 0
+        await there.release(await there.admit("k", one))
+
+        soon = RedisLimiter(redis, prefix, AUTH, slot_lease_s=60.0, release_delay_s=0.05)
+        await there.close()
+        await soon.release(await soon.admit("j", one))
+        await soon.release(await soon.admit("k", one))
+        assert await slots_in_redis(redis, prefix, "j") == await slots_in_redis(redis, prefix, "k") == 1
+        await asyncio.sleep(0.3)  # one batch, after the delay
+        assert await slots_in_redis(redis, prefix, "j") == await slots_in_redis(redis, prefix, "k") == 0
+        await soon.close()
+    finally:
+        await here.close()
+        await there.close()
+        keys = [k async for k in redis.scan_iter(f"{prefix}:*")]
+        if keys:
+            await redis.delete(*keys)
+        await redis.aclose()
+
+
+async def test_a_redis_release_being_sent_is_never_counted_against_the_next_admission() -> None:
+    """With no delay the batch leaves at once; an admission of the same key made while it is on its way
+    removes the same slots in its own script, so whichever reaches Redis first, a released slot is free
+    for this process's next request at every interleaving, and nothing is left held at the end."""
+    redis = Redis.from_url(REDIS_URL)
+    prefix = unique("bg:test-ratelimit")
+    one = KeyLimits(rate=10_000.0, burst=10_000, concurrency=1)
+    limiter = RedisLimiter(redis, prefix, AUTH, slot_lease_s=60.0, release_delay_s=0.0)
+    try:
+        for turns in [0, 1, 2, 3, 5, 8, 13] * 5:
+            held = await limiter.admit("k", one)
+            await limiter.release(held)
+            for _ in range(turns):  # let the batch start, reach Redis, or come back
+                await asyncio.sleep(0)
+            await limiter.release(await limiter.admit("k", one))
+        await limiter.close()
+        assert await slots_in_redis(redis, prefix, "k") == 0
+    finally:
+        keys = [k async for k in redis.scan_iter(f"{prefix}:*")]
+        if keys:
+            await redis.delete(*keys)
+        await redis.aclose()
+
+
 async def test_redis_unreachable_admits() -> None:
     """Fails open: with Redis down every request is admitted (docs/security.md says why)."""
     redis = Redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=0.5)
     limiter = RedisLimiter(redis, "bg:unreachable", AUTH, slot_lease_s=60.0)
     tight = KeyLimits(rate=0.001, burst=1, concurrency=1)
     for _ in range(3):
-        await limiter.admit("k", tight)
+        await limiter.release(await limiter.admit("k", tight))
         await limiter.count_failure("10.0.0.1")
     await limiter.check_address("10.0.0.1")
+    await limiter.close()  # the releases Redis never took are dropped (their lease frees them)
     await redis.aclose()
 
 
