@@ -6,7 +6,9 @@ Bernoulli noise), then ``--queries`` fresh prompts are timed through ``policy.se
 prompts, a raw FAISS search of each arm's index with the k the policy chose for that arm (the sum over
 arms: what any kNN router must at least pay). Then ``--updates`` fresh observations are timed through
 ``policy.update``. Reported: p50/p99 of each, the select/raw ratio of p50s, the k values chosen, and the
-HNSW recall@k of one arm's index against exact search. Each timing is taken twice: wall clock
+HNSW recall@k of one arm's index against exact search; ``choices`` digests the arm chosen for each
+query, so two runs that differ only in a speed knob (``--k-init``, say) and print the same digest chose
+the same arm every time. Each timing is taken twice: wall clock
 (``perf_counter``) and the calling thread's CPU time (``thread_time``), which a loaded shared machine
 inflates far less (searches run with ``--threads`` FAISS threads, 1 by default, so the thread's CPU time
 is the work done).
@@ -17,6 +19,7 @@ is the work done).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 import time
@@ -57,8 +60,15 @@ def run_size(n: int, args: argparse.Namespace, bar: tqdm) -> dict[str, Any]:
     arm_dirs = rng.standard_normal((args.arms, args.dim)).astype(np.float32)
     arm_dirs /= np.linalg.norm(arm_dirs, axis=1, keepdims=True)
     names = [f"m{j}" for j in range(args.arms)]
+    scan = {} if args.k_init is None else {"k_init": args.k_init}
     policy = KnnUCB(
-        arms=names, seed=args.seed, dim=args.dim, window=max(n, 1), k_max=args.k_max, ef_search=args.ef_search
+        arms=names,
+        seed=args.seed,
+        dim=args.dim,
+        window=max(n, 1),
+        k_max=args.k_max,
+        ef_search=args.ef_search,
+        **scan,
     )
     faiss.omp_set_num_threads(args.build_threads)
     start = time.perf_counter()
@@ -77,11 +87,13 @@ def run_size(n: int, args: argparse.Namespace, bar: tqdm) -> dict[str, Any]:
     select_cpu: list[float] = []
     raw_cpu: list[float] = []
     ks: list[float] = []
+    chosen = hashlib.sha256()
     for q in queries[: args.queries]:
         c0, t0 = time.thread_time(), time.perf_counter()
         decision = policy.select(Context(embedding=q))
         select_t.append(time.perf_counter() - t0)
         select_cpu.append(time.thread_time() - c0)
+        chosen.update(f"{decision.arm};".encode())
         qq = q.reshape(1, -1)
         chosen_k = {a: int(s["k"]) for a, s in decision.scores.items()}
         ks.extend(chosen_k.values())
@@ -137,6 +149,7 @@ def run_size(n: int, args: argparse.Namespace, bar: tqdm) -> dict[str, Any]:
         "recall_at_k": round(recall, 3),
         "k_recall": k_med,
         "s_l": [round(v, 4) for v in s_lam],
+        "choices": chosen.hexdigest()[:12],  # equal across runs = the same arm chosen for every query
     }
 
 
@@ -155,6 +168,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--k-max", type=int, default=256, help="the policy's k_max (the cap on k)")
     parser.add_argument("--ef-search", type=int, default=32, help="the policy's HNSW ef_search")
+    parser.add_argument(
+        "--k-init", type=int, default=None, help="the policy's k_init (default: the policy's default)"
+    )
     parser.add_argument("--out", default=None, help="write the rows as JSON here")
     args = parser.parse_args(argv)
     sizes = [int(float(s)) for s in args.sizes.split(",")]
@@ -168,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     cols = ["N", "per_arm", "hnsw", "select_p50_ms", "select_p99_ms", "raw_p50_ms", "raw_p99_ms", "ratio_p50"]
     cols += ["update_p50_ms", "update_p99_ms", "cpu_select_p50_ms", "cpu_select_p99_ms", "cpu_raw_p50_ms"]
     cols += ["cpu_raw_p99_ms", "cpu_ratio_p50", "cpu_update_p50_ms", "cpu_update_p99_ms", "k_p10_p50_p90"]
-    cols += ["recall_at_k", "build_s"]
+    cols += ["recall_at_k", "build_s", "choices"]
     print("| " + " | ".join(cols) + " |")
     print("|" + "---|" * len(cols))
     for row in rows:
