@@ -68,7 +68,9 @@ Hyperparameters (``KnnUCBHyperparameters``; ``None`` takes the preset's value):
     k_max       cap on k and on the neighbours one search fetches (default 256): the work bound of a
                 select (docs/policies/knn-ucb.md, "Select budget"); the preset's k_share (not a keyword)
                 sets the statistical cap K(N_g) below it
-    k_init      neighbours an HNSW store fetches first (at least ef_search; doubled as the scan needs)
+    k_init      neighbours an HNSW store fetches first (default 128; at least ef_search; doubled as the
+                scan needs): a speed knob; the rule for k does not depend on it, and a larger first
+                beam only finds HNSW's approximate neighbourhood at least as well
     window      points kept per arm (default 100000); memory "window" (latest) or "reservoir" (uniform)
     hnsw_at     an arm's index switches from exact IndexFlatIP to HNSW at this many points (default 4096)
     hnsw_m, ef_search, ef_construction   HNSW graph degree and beam widths (32, 32, 80); the search
@@ -184,7 +186,7 @@ class KnnUCBHyperparameters(Hyperparameters):
     scale: Literal["variogram", "none"] | None = Field(None, description="how s and l are set")
     log_of: Literal["arm", "t"] | None = Field(None, description="L = N_g (arm) or t")
     k_max: PositiveCount = Field(256, description="cap on k and on the neighbours one search fetches")
-    k_init: PositiveCount = Field(16, description="neighbours an HNSW store fetches first")
+    k_init: PositiveCount = Field(128, description="neighbours an HNSW store fetches first")
     window: PositiveCount = Field(100_000, description="points kept per arm")
     memory: Literal["window", "reservoir"] = "window"
     hnsw_at: PositiveCount = Field(4096, description="points at which an arm's index becomes HNSW")

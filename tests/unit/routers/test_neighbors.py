@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 import pytest
 
-from routers.base import Observation
+from routers.base import Context, Observation
 from routers.knn_ucb import KnnUCB
 from routers.neighbors import ArmNeighbors, adaptive_k, brute_force_k, hnsw_recall
 
@@ -100,6 +103,49 @@ def test_early_termination_on_hnsw_doubles_until_the_stop_rule_holds() -> None:
         want = brute_force_k(x, y, q, 1.0, 3.0, 512)
         agree += got.k == want.k
     assert agree >= 24  # approximate neighbourhood: same k on most queries (16-d random data)
+
+
+def searches_per_select(policy: KnnUCB, queries: np.ndarray) -> tuple[list[int], list[str]]:
+    """How many searches each select made over all arms, and the arm it chose."""
+    fetched: list[int] = []
+    for store in policy._stores.values():
+        plain = store.search
+
+        def counted(
+            query: np.ndarray, k: int, plain: Callable[[np.ndarray, int], Any] = plain
+        ) -> tuple[np.ndarray, np.ndarray]:
+            fetched.append(k)
+            return plain(query, k)  # type: ignore[no-any-return]
+
+        store.search = counted  # type: ignore[method-assign]
+    counts: list[int] = []
+    picks: list[str] = []
+    for q in queries:
+        fetched.clear()
+        picks.append(policy.select(Context(embedding=q)).arm)
+        counts.append(len(fetched))
+    return counts, picks
+
+
+def test_a_default_knn_ucb_select_searches_an_hnsw_arm_at_most_twice() -> None:
+    """The select budget of docs/policies/knn-ucb.md: with the default first beam (k_init 128) and k_max
+    256, the scan on an HNSW store makes at most two searches (beams 128 and 256); a first beam of 16
+    (the earlier default) needs up to four (32, 64, 128, 256) and picks the same arm here."""
+    rng = np.random.default_rng(6)
+    x = _unit(rng, 1200, 16)
+    arms = rng.integers(2, size=1200)
+    rewards = ((x @ _unit(rng, 2, 16).T)[np.arange(1200), arms] > 0).astype(float)
+    queries = _unit(rng, 60, 16)
+    runs = {}
+    for k_init in (None, 16):  # the default, then the earlier one
+        scan = {} if k_init is None else {"k_init": k_init}
+        policy = KnnUCB(["a", "b"], seed=0, dim=16, hnsw_at=300, **scan)
+        policy.warm_start(x, [["a", "b"][a] for a in arms], rewards)
+        assert all(store.hnsw for store in policy._stores.values())
+        runs[k_init] = searches_per_select(policy, queries)
+    assert max(runs[None][0]) <= 2 * 2  # two arms, at most two searches each
+    assert max(runs[16][0]) > 2 * 2  # the small first beam needed more somewhere
+    assert sum(a == b for a, b in zip(runs[None][1], runs[16][1], strict=True)) >= 57
 
 
 def test_hnsw_recall_against_exact_search() -> None:
