@@ -92,11 +92,14 @@ async def one_run(
     endpoint: str = "chat",
     profiler: cProfile.Profile | None = None,
     stages: Stages | None = None,
+    rewards: int = 0,
 ) -> float:
     """Process CPU milliseconds per request after a 50-request warm-up: a forwarded
     ``POST /v1/chat/completions``, or (``endpoint="feedback"``) a ``POST /feedback`` reward for a
     decision made by ``POST /route`` beforehand (not counted). ``profiler`` profiles the measured
-    requests only; ``stages`` collects the wall times of their steps (``STAGES``) and of each request."""
+    requests only; ``stages`` collects the wall times of their steps (``STAGES``) and of each request;
+    ``rewards`` decisions with a reward each (distinct prompts) are made first, outside the count, so a
+    learning policy routes from a memory of that size."""
     settings = Settings(database_url=database_url, admin_key=ADMIN, embedder=embedder, redis_url=redis_url)
     await asyncio.to_thread(upgrade, database_url)
     app = create_app(settings)
@@ -127,6 +130,10 @@ async def one_run(
             created = await client.post(f"/admin/tenants/{tenant}/routers", json=router, headers=admin)
             created.raise_for_status()
             headers = {"Authorization": f"Bearer {key}"}
+            for i in range(rewards):  # a memory for the policy: distinct prompts, a reward each
+                routed = await client.post("/route", json={"prompt": f"{PROMPT} #{i}"}, headers=headers)
+                reward = {"decision_id": routed.json()["decision_id"], "reward": float(i % 3 == 0)}
+                (await client.post("/feedback", json=reward, headers=headers)).raise_for_status()
             if endpoint == "feedback":
                 prompt = {"prompt": PROMPT}
                 decisions = [
@@ -201,6 +208,12 @@ def main() -> None:
         "--profile", type=int, metavar="TOP", help="then one run under cProfile: its TOP owners of self time"
     )
     parser.add_argument(
+        "--rewards",
+        type=int,
+        default=0,
+        help="decisions rewarded before the run (distinct prompts): the policy's memory size",
+    )
+    parser.add_argument(
         "--stages", action="store_true", help="then one run timing each awaited step (wall ms, medians)"
     )
     args = parser.parse_args()
@@ -218,6 +231,7 @@ def main() -> None:
                 args.endpoint,
                 profiler=profiler,
                 stages=stages,
+                rewards=args.rewards,
             )
         )
 

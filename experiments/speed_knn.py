@@ -61,6 +61,8 @@ def run_size(n: int, args: argparse.Namespace, bar: tqdm) -> dict[str, Any]:
     arm_dirs /= np.linalg.norm(arm_dirs, axis=1, keepdims=True)
     names = [f"m{j}" for j in range(args.arms)]
     scan = {} if args.k_init is None else {"k_init": args.k_init}
+    if args.hnsw_at is not None:
+        scan["hnsw_at"] = args.hnsw_at
     policy = KnnUCB(
         arms=names,
         seed=args.seed,
@@ -170,6 +172,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--ef-search", type=int, default=32, help="the policy's HNSW ef_search")
     parser.add_argument(
         "--k-init", type=int, default=None, help="the policy's k_init (default: the policy's default)"
+    )
+    parser.add_argument(
+        "--hnsw-at", type=int, default=None, help="the policy's hnsw_at (default: the policy's default)"
     )
     parser.add_argument("--out", default=None, help="write the rows as JSON here")
     args = parser.parse_args(argv)
