@@ -14,6 +14,7 @@ from app.catalog import Catalog
 from app.compaction import CompactionLoop
 from app.embedding import EmbeddingService
 from app.ratelimit.limits import RateLimiter
+from app.routing.round_counts import RoundCounts
 from app.settings import Settings
 from app.state import PolicyStates
 from app.store.ledger import Ledger
@@ -35,5 +36,6 @@ class AppContext:
     catalog: Catalog
     limiter: RateLimiter
     ledger: Ledger  # the request path's group-committed writes (app/store/ledger.py)
+    round_counts: RoundCounts  # what ``read`` policies see of their router's counts
     compaction: CompactionLoop | None = None
     probes: ProbeRunner | None = None  # made on first use (app/routing/probes.py)

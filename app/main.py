@@ -47,6 +47,7 @@ from app.input_types import JsonLimits
 from app.ratelimit.limits import RateLimiter, auth_failure_limits
 from app.ratelimit.local import InProcessLimiter
 from app.ratelimit.shared import RedisLimiter
+from app.routing.round_counts import RoundCounts
 from app.settings import Settings
 from app.state import PolicyStates
 from app.store.db import make_engine, make_ledger, make_sessionmaker
@@ -103,13 +104,27 @@ async def open_context(settings: Settings) -> AppContext:
             auth_failure_limits(settings), max_addresses=settings.auth_failure_max_addresses
         )
     ledger = make_ledger(settings.database_url, settings.ledger_max_batch)
+    round_counts = RoundCounts(ledger.counts, settings.counter_read_ttl_s)
     ctx = AppContext(
-        settings, engine, sessionmaker, redis, bus, states, embeddings, backends, catalog, limiter, ledger
+        settings,
+        engine,
+        sessionmaker,
+        redis,
+        bus,
+        states,
+        embeddings,
+        backends,
+        catalog,
+        limiter,
+        ledger,
+        round_counts,
     )
 
     async def on_message(message: Message) -> None:
         if isinstance(message, CatalogChanged | RouterChanged):
             catalog.clear()
+        if isinstance(message, RouterChanged):
+            round_counts.forget()
         await states.handle(message)
 
     await bus.start(on_message, states.resync)

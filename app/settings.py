@@ -53,6 +53,14 @@ class Settings(BaseSettings):
         description="longest life of a cached key, router or backend (app/catalog.py); changes also clear "
         "every replica's cache over the bus at once; 0 = no caching",
     )
+    counter_read_ttl_s: float = Field(
+        1.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="a policy that reads its router's decision count (kNN-UCB's round t, as log t) sees "
+        "the committed count re-read at most this often, plus this process's own decisions since; "
+        "0 = read at every decision",
+    )
     db_pool_recycle_s: float = Field(
         300.0, gt=0, description="pooled database connections older than this are replaced on checkout"
     )

@@ -105,6 +105,7 @@ async def announce(ctx: Ctx, row: Router) -> None:
     """Tell every replica (this one included) that the router changed, so they reload it."""
     ctx.states.drop(row.id)
     ctx.catalog.clear()
+    ctx.round_counts.forget()
     # If the bus is down, replicas still notice the new version on their next request for this router.
     with contextlib.suppress(Exception):
         await ctx.bus.publish(RouterChanged(router_id=row.id, version=row.version))

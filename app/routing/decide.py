@@ -182,8 +182,9 @@ async def choose(
 ) -> tuple[RouteResponse, Router, PendingDecision]:
     """The decision, not yet written. The router's counter, by the policy's counter use
     (``routers.base.CounterUse``): ``exact``, counted now in the session's transaction, which the caller
-    commits (with the decision, ``log_decision``, or alone before forwarding); ``read``, read now without
-    a lock (on the ledger's connection, ``Ledger.counts``) and counted when the decision is written;
+    commits (with the decision, ``log_decision``, or alone before forwarding); ``read``, read without a
+    lock (``RoundCounts``: the ledger's counts, re-read at most every ``counter_read_ttl_s``, plus this
+    process's decisions since) and counted when the decision is written;
     ``none``, not read, counted when written. So a forwarded request through a policy that needs no
     exact count commits once, after its call."""
     router = await resolve_router(ctx, tenant, request.router)
@@ -208,7 +209,7 @@ async def choose(
     if use == "exact":
         decisions_before, query_rounds_before = await count_decision(session, router.id)
     elif use == "read":
-        decisions_before, query_rounds_before = await ctx.ledger.counts(router.id)
+        decisions_before, query_rounds_before = await ctx.round_counts.before(router.id)
     decision_id = uuid.uuid4().hex
     context = Context(
         embedding=embedding,
@@ -220,6 +221,8 @@ async def choose(
         decision_key=decision_id,
     )
     decision = runtime.policy.select(context)
+    if use == "read":
+        ctx.round_counts.made(router.id, bool(decision.query))
     if decision.query and use == "exact":
         await session.execute(
             update(RouterCounter)
