@@ -94,7 +94,8 @@ ADMITTED, REFUSED_RATE, REFUSED_SLOT, REFUSED_ADDRESS = 1, 0, -1, -2
 
 
 class RedisLimiter:
-    """Every limit, shared by the processes on one Redis. ``clock`` replaces Redis's ``TIME`` (tests)."""
+    """Every limit, shared by the processes on one Redis. ``release_delay_s`` is
+    ``rate_limit_release_delay_s``; ``clock`` replaces Redis's ``TIME`` (tests)."""
 
     def __init__(
         self,
@@ -102,8 +103,9 @@ class RedisLimiter:
         prefix: str,
         auth: AuthFailureLimits,
         slot_lease_s: float,
+        *,
+        release_delay_s: float,
         clock: Callable[[], float] | None = None,
-        release_delay_s: float = 0.0,
     ) -> None:
         self._redis = redis
         self._prefix = prefix

@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-Counts = tuple[int, int]  # (decisions, query rounds)
+from app.store.ledger import Counts  # (decisions, query rounds)
 
 
 @dataclass

@@ -35,7 +35,7 @@ async def limiter_and_clock(request: pytest.FixtureRequest) -> AsyncIterator[tup
         return
     redis = Redis.from_url(REDIS_URL)
     prefix = unique("bg:test-ratelimit")
-    limiter = RedisLimiter(redis, prefix, AUTH, slot_lease_s=60.0, clock=clock)
+    limiter = RedisLimiter(redis, prefix, AUTH, slot_lease_s=60.0, release_delay_s=0.0, clock=clock)
     try:
         yield limiter, clock
     finally:
@@ -136,7 +136,9 @@ async def test_admit_from_checks_the_address_first_and_then_admits_the_key(
 async def test_a_redis_slot_never_released_frees_itself_after_its_lease() -> None:
     redis = Redis.from_url(REDIS_URL)
     clock = Clock()
-    limiter = RedisLimiter(redis, unique("bg:test-ratelimit"), AUTH, slot_lease_s=60.0, clock=clock)
+    limiter = RedisLimiter(
+        redis, unique("bg:test-ratelimit"), AUTH, slot_lease_s=60.0, release_delay_s=0.0, clock=clock
+    )
     one = KeyLimits(rate=100.0, burst=100, concurrency=1)
     await limiter.admit("k", one)  # its process "crashes": never released
     clock.now += 59.0
@@ -215,7 +217,7 @@ async def test_a_redis_release_being_sent_is_never_counted_against_the_next_admi
 async def test_redis_unreachable_admits() -> None:
     """Fails open: with Redis down every request is admitted (docs/security.md says why)."""
     redis = Redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=0.5)
-    limiter = RedisLimiter(redis, "bg:unreachable", AUTH, slot_lease_s=60.0)
+    limiter = RedisLimiter(redis, "bg:unreachable", AUTH, slot_lease_s=60.0, release_delay_s=0.0)
     tight = KeyLimits(rate=0.001, burst=1, concurrency=1)
     for _ in range(3):
         await limiter.release(await limiter.admit("k", tight))
