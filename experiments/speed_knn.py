@@ -60,9 +60,8 @@ def run_size(n: int, args: argparse.Namespace, bar: tqdm) -> dict[str, Any]:
     arm_dirs = rng.standard_normal((args.arms, args.dim)).astype(np.float32)
     arm_dirs /= np.linalg.norm(arm_dirs, axis=1, keepdims=True)
     names = [f"m{j}" for j in range(args.arms)]
-    scan = {} if args.k_init is None else {"k_init": args.k_init}
-    if args.hnsw_at is not None:
-        scan["hnsw_at"] = args.hnsw_at
+    chosen_by_flag = {"k_init": args.k_init, "hnsw_at": args.hnsw_at}  # None: the policy's default
+    overrides = {name: value for name, value in chosen_by_flag.items() if value is not None}
     policy = KnnUCB(
         arms=names,
         seed=args.seed,
@@ -70,7 +69,7 @@ def run_size(n: int, args: argparse.Namespace, bar: tqdm) -> dict[str, Any]:
         window=max(n, 1),
         k_max=args.k_max,
         ef_search=args.ef_search,
-        **scan,
+        **overrides,
     )
     faiss.omp_set_num_threads(args.build_threads)
     start = time.perf_counter()
