@@ -363,8 +363,10 @@ class KnnUCB(PolicyBase):
         scores: dict[str, dict[str, float]] = {}
         choices: dict[str, KChoice | None] = {}
         spread = self.variogram.spread()
+        pooled = self.scales(None, spread) if self.pool == "all" else None  # one fit for every arm
         for arm in arms:
-            scores[arm], choices[arm] = self.explain(arm, x, t, self.scales(arm, spread))
+            scales = pooled if pooled is not None else self.scales(arm, spread)
+            scores[arm], choices[arm] = self.explain(arm, x, t, scales)
         index = np.array([scores[a]["index"] for a in arms])
         chosen = arms[argmax_random_tie(index, rng)]
         info: dict[str, Any] = {"t": t}

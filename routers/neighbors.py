@@ -100,6 +100,7 @@ class ArmNeighbors:
         self._alive = np.empty(0, dtype=bool)  # by label
         self._slot_label = np.empty(0, dtype=np.int64)  # by slot
         self._index: Any = faiss.IndexFlatIP(self.dim)
+        self._ef = self.ef_search  # the index's efSearch (an HNSW index starts at ef_search)
         self.hnsw = False
         self.backstop = float(backstop)
         self.builds = 0  # index rebuilds so far (the HNSW switch and compactions)
@@ -126,6 +127,12 @@ class ArmNeighbors:
         index.hnsw.efConstruction = self.ef_construction
         index.hnsw.efSearch = self.ef_search
         return index
+
+    def _set_index(self, index: Any) -> None:
+        """Install an index whose efSearch (if HNSW) is ``ef_search``, as ``_new_index`` and ``load`` make
+        them; ``search_labels`` then sets efSearch only when a search needs another value."""
+        self._index = index
+        self._ef = self.ef_search
 
     def _append(self, vectors: np.ndarray, rewards: np.ndarray) -> np.ndarray:
         """Add rows to the index; returns their labels."""
@@ -229,7 +236,7 @@ class ArmNeighbors:
             rewards[slots[old]] = ex_rew[old]
             vectors = np.vstack([vectors, ex_vec[~old]])
             rewards = np.concatenate([rewards, ex_rew[~old]])
-        self._index = self._new_index(hnsw)
+        self._set_index(self._new_index(hnsw))
         self.hnsw = hnsw
         self.builds += 1
         self._rewards = np.empty(0, dtype=np.float64)
@@ -248,7 +255,7 @@ class ArmNeighbors:
         fresh = np.concatenate([moved, np.arange(n0, current.shape[0], dtype=np.int64)])
         replay = current[fresh]
         vectors, rewards = self._vectors(replay), self._rewards[replay].copy()
-        self._index = job.index
+        self._set_index(job.index)
         self._rewards = np.array(job.rewards, dtype=np.float64)
         self._alive = np.ones(n0, dtype=bool)
         slot_label = np.arange(n0, dtype=np.int64)
@@ -280,8 +287,9 @@ class ArmNeighbors:
         total = self._index.ntotal
         fetch = k if total == live else min(2 * k, total)
         while True:
-            if self.hnsw:
-                self._index.hnsw.efSearch = max(self.ef_search, fetch)
+            if self.hnsw and self._ef != max(self.ef_search, fetch):
+                self._ef = max(self.ef_search, fetch)
+                self._index.hnsw.efSearch = self._ef
             sims, labels = self._index.search(q, fetch)
             sims, labels = sims[0], labels[0]
             if total == live and labels[-1] >= 0:  # no tombstones, a full result: the fast path
@@ -319,10 +327,11 @@ class ArmNeighbors:
         }
 
     def load(self, state: Mapping[str, Any]) -> None:
-        self._index = faiss.deserialize_index(np.asarray(state["index"], dtype=np.uint8))
         self.hnsw = bool(state["hnsw"])
+        index: Any = faiss.deserialize_index(np.asarray(state["index"], dtype=np.uint8))
         if self.hnsw:
-            self._index.hnsw.efSearch = self.ef_search
+            index.hnsw.efSearch = self.ef_search
+        self._set_index(index)
         self._rewards = np.asarray(state["rewards"], dtype=np.float64).copy()
         self._alive = np.asarray(state["alive"], dtype=bool).copy()
         self._slot_label = np.asarray(state["slot_label"], dtype=np.int64).copy()
@@ -368,10 +377,16 @@ class KChoice:
     rewards: np.ndarray
 
 
+_SQRT_K = np.sqrt(np.arange(1, 1025, dtype=np.float64))  # sqrt(k) for k = 1.., grown on demand
+
+
 def bonus_curve(dist: np.ndarray, stat: float, geo: float) -> np.ndarray:
     """U(k) = stat / sqrt(k) + geo * r_k for k = 1..len(dist) (eq. 4 with stat = sqrt(theta log N))."""
-    ks = np.arange(1, dist.shape[0] + 1, dtype=np.float64)
-    return stat / np.sqrt(ks) + geo * dist
+    global _SQRT_K
+    n = dist.shape[0]
+    if n > _SQRT_K.shape[0]:
+        _SQRT_K = np.sqrt(np.arange(1, 2 * n + 1, dtype=np.float64))
+    return stat / _SQRT_K[:n] + geo * dist
 
 
 def adaptive_k(
@@ -388,7 +403,7 @@ def adaptive_k(
     while True:
         dist, rewards = store.search(query, fetch)
         curve = bonus_curve(dist, stat, geo)
-        j = int(np.argmin(curve))
+        j = int(curve.argmin())
         got = dist.shape[0]
         if got >= cap or got < fetch or (geo > 0 and geo * dist[-1] >= curve[j]):
             break
@@ -399,7 +414,7 @@ def adaptive_k(
         estimate=float(rewards[:k].sum()) / k,
         bonus=float(curve[j]),
         radius=float(dist[j]),
-        rewards=rewards[:k].copy(),
+        rewards=rewards[:k],  # a view of the search's own fresh array
     )
 
 

@@ -148,6 +148,41 @@ def test_a_default_knn_ucb_select_searches_an_hnsw_arm_at_most_twice() -> None:
     assert sum(a == b for a, b in zip(runs[None][1], runs[16][1], strict=True)) >= 57
 
 
+def test_an_hnsw_search_depends_on_its_own_beam_only() -> None:
+    """A search's beam is max(ef_search, fetched), whatever searches came before and after the index was
+    replaced (the HNSW switch, a compaction, a load): wide and narrow searches in any order, on the store
+    and on a copy loaded from its state, give identical results. FAISS keeps efSearch on the index and
+    the store sets it only when it changes, so a stale record of it would search a new index with the
+    wrong beam here (recall@200 with beam 8 is far below beam 200's)."""
+    rng = np.random.default_rng(10)
+    x = _unit(rng, 2000, 16)
+    store = ArmNeighbors(16, hnsw_at=1000, ef_search=8)
+    store.extend(x, rng.random(2000))
+    queries = _unit(rng, 10, 16)
+
+    def results(s: ArmNeighbors, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        return [s.search_labels(q, k) for q in queries]
+
+    def same(got: list[tuple[np.ndarray, np.ndarray]], want: list[tuple[np.ndarray, np.ndarray]]) -> None:
+        for (d1, l1), (d2, l2) in zip(got, want, strict=True):
+            np.testing.assert_array_equal(l1, l2)
+            np.testing.assert_array_equal(d1, d2)
+
+    assert store.hnsw
+    wide, narrow = results(store, 200), results(store, 5)
+    same(results(store, 200), wide)  # after a narrow search
+    same(results(store, 5), narrow)  # after a wide one
+    index = store._index
+    results(store, 200)  # leaves the old index's beam at 200
+    store.compact()  # a new index, built with beam ef_search
+    assert store._index is not index
+    copy = ArmNeighbors(16, hnsw_at=1000, ef_search=8)
+    copy.load(store.state())
+    for k in (200, 5, 200):
+        same(results(store, k), results(copy, k))
+    assert hnsw_recall(store, queries, 200) > 0.9  # searched with beam 200, not the index's 8
+
+
 def test_hnsw_recall_against_exact_search() -> None:
     rng = np.random.default_rng(5)
     x = _unit(rng, 3000, 32)
