@@ -14,6 +14,10 @@ inflates far less (searches run with ``--threads`` FAISS threads, 1 by default, 
 is the work done).
 
     nice -n 10 python -m experiments.speed_knn --sizes 1000,10000,100000,1000000
+
+With ``--data ../shared/data`` the points, queries and rewards are real instead (``RealPrompts``): each
+arm holds N / arms distinct prompts of the RouteLLM MMLU and GSM8K sets (about 15,000 in all) with a real
+model's outcomes as rewards, and the queries are prompts held out of every arm.
 """
 
 from __future__ import annotations
@@ -24,12 +28,15 @@ import json
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import faiss
 import numpy as np
 from tqdm import tqdm
 
+from bench.convert_routellm import gsm8k_rows, mmlu_rows
+from bench.embedding_cache import embed_prompts
 from routers.base import Context, Observation
 from routers.knn_ucb import KnnUCB
 from routers.neighbors import hnsw_recall
@@ -53,7 +60,30 @@ def percentiles(values: Sequence[float]) -> tuple[float, float]:
     return float(np.percentile(a, 50)), float(np.percentile(a, 99))
 
 
-def run_size(n: int, args: argparse.Namespace, bar: tqdm) -> dict[str, Any]:
+class RealPrompts:
+    """``--data``: the MiniLM rows of the RouteLLM MMLU and GSM8K prompts (shuffled by ``--seed``; the
+    first ``held_out`` are the queries and the timed updates), arm j rewarded with RouteLLM model
+    j mod 2's real outcome on each prompt."""
+
+    def __init__(self, data: Path, held_out: int, seed: int) -> None:
+        rows = mmlu_rows(data) + gsm8k_rows(data)
+        models = list(rows[0]["rewards"])
+        x = embed_prompts([row["prompt"] for row in rows], progress=True)
+        y = np.array([[row["rewards"][m] for m in models] for row in rows], dtype=np.float64)
+        order = np.random.default_rng(seed).permutation(x.shape[0])
+        self.queries = x[order[:held_out]]
+        self.x, self.y = x[order[held_out:]], y[order[held_out:]]
+        self.models = len(models)
+
+    def sample(self, n: int, arm: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """n distinct prompts (not queries) and arm's rewards on them."""
+        if n > self.x.shape[0]:
+            raise SystemExit(f"--data holds {self.x.shape[0]} prompts besides the queries: {n} per arm asked")
+        rows = rng.permutation(self.x.shape[0])[:n]
+        return self.x[rows], self.y[rows, arm % self.models]
+
+
+def run_size(n: int, args: argparse.Namespace, bar: tqdm, real: RealPrompts | None = None) -> dict[str, Any]:
     rng = np.random.default_rng(args.seed)
     centres = rng.standard_normal((args.clusters, args.dim)).astype(np.float32)
     centres /= np.linalg.norm(centres, axis=1, keepdims=True)
@@ -73,16 +103,25 @@ def run_size(n: int, args: argparse.Namespace, bar: tqdm) -> dict[str, Any]:
     )
     faiss.omp_set_num_threads(args.build_threads)
     start = time.perf_counter()
-    chunk = 100_000
-    for lo in range(0, n, chunk):
-        m = min(chunk, n - lo)
-        x = clustered_points(m, args.dim, rng, centres)
-        arm = rng.integers(args.arms, size=m)
-        policy.warm_start(x, [names[a] for a in arm], rewards_for(x, arm_dirs, arm, rng))
-        bar.set_postfix_str(f"N={n}: built {lo + m}")
+    if real is not None:
+        for j, name in enumerate(names):
+            x, y = real.sample(n // args.arms, j, rng)
+            policy.warm_start(x, [name] * x.shape[0], y)
+            bar.set_postfix_str(f"N={n}: built arm {j + 1}/{args.arms}")
+    else:
+        chunk = 100_000
+        for lo in range(0, n, chunk):
+            m = min(chunk, n - lo)
+            x = clustered_points(m, args.dim, rng, centres)
+            arm = rng.integers(args.arms, size=m)
+            policy.warm_start(x, [names[a] for a in arm], rewards_for(x, arm_dirs, arm, rng))
+            bar.set_postfix_str(f"N={n}: built {lo + m}")
     build_s = time.perf_counter() - start
     faiss.omp_set_num_threads(args.threads)
-    queries = clustered_points(args.queries + args.updates, args.dim, rng, centres)
+    if real is not None:
+        queries = real.queries[: args.queries + args.updates]
+    else:
+        queries = clustered_points(args.queries + args.updates, args.dim, rng, centres)
     select_t: list[float] = []
     raw_t: list[float] = []
     select_cpu: list[float] = []
@@ -175,13 +214,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--hnsw-at", type=int, default=None, help="the policy's hnsw_at (default: the policy's default)"
     )
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=None,
+        help="real prompts instead of synthetic points: the folder holding routellm/ (../shared/data)",
+    )
     parser.add_argument("--out", default=None, help="write the rows as JSON here")
     args = parser.parse_args(argv)
     sizes = [int(float(s)) for s in args.sizes.split(",")]
+    real = RealPrompts(args.data, args.queries + args.updates, args.seed) if args.data else None
     rows = []
     with tqdm(total=len(sizes) * (args.queries + args.updates), desc="speed_knn") as bar:
         for n in sizes:
-            row = run_size(n, args, bar)
+            row = run_size(n, args, bar, real)
             rows.append(row)
             tqdm.write(json.dumps(row))
     print("command: python -m experiments.speed_knn " + " ".join(sys.argv[1:] if argv is None else argv))
