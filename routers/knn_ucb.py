@@ -72,7 +72,9 @@ Hyperparameters (``KnnUCBHyperparameters``; ``None`` takes the preset's value):
                 scan needs): a speed knob; the rule for k does not depend on it, and a larger first
                 beam only finds HNSW's approximate neighbourhood at least as well
     window      points kept per arm (default 100000); memory "window" (latest) or "reservoir" (uniform)
-    hnsw_at     an arm's index switches from exact IndexFlatIP to HNSW at this many points (default 4096)
+    hnsw_at     an arm's index switches from exact IndexFlatIP to HNSW at this many points (default 8192:
+                on real prompt embeddings an exact select was cheaper than HNSW's up to there;
+                docs/policies/knn-ucb.md, "Where the exact index ends")
     hnsw_m, ef_search, ef_construction   HNSW graph degree and beam widths (32, 32, 80); the search
                 beam is max(ef_search, neighbours fetched)
     floor       lower bound of s as a fraction of the std of all rewards (default 0.05)
@@ -189,7 +191,7 @@ class KnnUCBHyperparameters(Hyperparameters):
     k_init: PositiveCount = Field(128, description="neighbours an HNSW store fetches first")
     window: PositiveCount = Field(100_000, description="points kept per arm")
     memory: Literal["window", "reservoir"] = "window"
-    hnsw_at: PositiveCount = Field(4096, description="points at which an arm's index becomes HNSW")
+    hnsw_at: PositiveCount = Field(8192, description="points at which an arm's index becomes HNSW")
     hnsw_m: Annotated[int, Field(ge=2, le=1024)] = Field(32, description="HNSW graph degree")
     ef_search: PositiveCount = 32
     ef_construction: PositiveCount = 80

@@ -80,7 +80,7 @@ class ArmNeighbors:
         dim: int,
         capacity: int = 100_000,
         memory: Memory = "window",
-        hnsw_at: int = 4096,
+        hnsw_at: int = 8192,
         hnsw_m: int = 32,
         ef_search: int = 32,
         ef_construction: int = 80,

@@ -183,6 +183,25 @@ def test_an_hnsw_search_depends_on_its_own_beam_only() -> None:
     assert hnsw_recall(store, queries, 200) > 0.9  # searched with beam 200, not the index's 8
 
 
+def test_a_default_knn_ucb_arm_is_exact_below_8192_points() -> None:
+    """The default ``hnsw_at``: an arm of 8,191 points is searched exactly (the same k, estimate and bonus
+    as the brute-force argmin for every query); its 8,192nd point turns it into HNSW."""
+    rng = np.random.default_rng(11)
+    x = _unit(rng, 8192, 8)
+    y = rng.random(8192)
+    policy = KnnUCB(["a"], seed=0, dim=8)
+    policy.warm_start(x[:8191], ["a"] * 8191, y[:8191])
+    store = policy._stores["a"]
+    assert not store.hnsw
+    for q in _unit(rng, 20, 8):
+        got = adaptive_k(store, q, 0.3, 2.0, 256)
+        want = brute_force_k(x[:8191], y[:8191], q, 0.3, 2.0, 256)
+        assert (got.k, got.estimate) == (want.k, want.estimate)
+        assert got.bonus == pytest.approx(want.bonus, abs=1e-6)
+    policy.update(Observation(embedding=x[8191], arm="a", reward=float(y[8191])))
+    assert store.hnsw and len(store) == 8192
+
+
 def test_hnsw_recall_against_exact_search() -> None:
     rng = np.random.default_rng(5)
     x = _unit(rng, 3000, 32)
