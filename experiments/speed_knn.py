@@ -63,7 +63,8 @@ def percentiles(values: Sequence[float]) -> tuple[float, float]:
 class RealPrompts:
     """``--data``: the MiniLM rows of the RouteLLM MMLU and GSM8K prompts (shuffled by ``--seed``; the
     first ``held_out`` are the queries and the timed updates), arm j rewarded with RouteLLM model
-    j mod 2's real outcome on each prompt."""
+    j mod 2's real outcome on each prompt. The timed updates keep synthetic rewards: an update's cost
+    does not depend on the value."""
 
     def __init__(self, data: Path, held_out: int, seed: int) -> None:
         rows = mmlu_rows(data) + gsm8k_rows(data)
@@ -224,6 +225,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     sizes = [int(float(s)) for s in args.sizes.split(",")]
     real = RealPrompts(args.data, args.queries + args.updates, args.seed) if args.data else None
+    if real is not None and real.x.shape[1] != args.dim:
+        raise SystemExit(f"--data gives {real.x.shape[1]}-d embeddings: drop --dim {args.dim}")
     rows = []
     with tqdm(total=len(sizes) * (args.queries + args.updates), desc="speed_knn") as bar:
         for n in sizes:
