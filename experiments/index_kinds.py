@@ -36,6 +36,7 @@ import numpy as np
 from tqdm import tqdm
 
 from experiments.speed_knn import RealPrompts
+from routers.neighbors import recall_at_k
 
 
 def cpu_ms(search: Callable[[np.ndarray], object], queries: np.ndarray) -> float:
@@ -48,21 +49,13 @@ def cpu_ms(search: Callable[[np.ndarray], object], queries: np.ndarray) -> float
     return float(np.median(times) * 1e3)
 
 
-def recall(approx: np.ndarray, exact: np.ndarray, k: int) -> float:
-    return float(
-        np.mean(
-            [len(set(a[:k].tolist()) & set(b[:k].tolist())) / k for a, b in zip(approx, exact, strict=True)]
-        )
-    )
-
-
 def measure(
     name: str, indexes: Sequence[Any], truth: Sequence[np.ndarray], queries: np.ndarray, k: int
 ) -> dict[str, Any]:
     """One search of every index at k per query: median CPU ms, and recall@k against ``truth``."""
     ms = cpu_ms(lambda q: [index.search(q, k) for index in indexes], queries)
     found = [index.search(queries, k)[1] for index in indexes]
-    hits = float(np.mean([recall(got, want, k) for got, want in zip(found, truth, strict=True)]))
+    hits = float(np.mean([recall_at_k(got, want, k) for got, want in zip(found, truth, strict=True)]))
     return {"index": name, "k": k, "cpu_ms": round(ms, 3), "recall": round(hits, 3)}
 
 

@@ -141,8 +141,7 @@ def run_size(n: int, args: argparse.Namespace, bar: tqdm, real: RealPrompts | No
         c0, t0 = time.thread_time(), time.perf_counter()
         for a, k in chosen_k.items():
             store = policy._stores[a]
-            if store.hnsw:  # the store's record of its efSearch (``_ef``) follows the index's
-                store._ef = store._index.hnsw.efSearch = max(store.ef_search, k)
+            store.set_beam(k)
             store._index.search(qq, k)
         raw_t.append(time.perf_counter() - t0)
         raw_cpu.append(time.thread_time() - c0)

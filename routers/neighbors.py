@@ -35,7 +35,7 @@ everything anyway, so fetching more costs only the final partial sort).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -125,14 +125,22 @@ class ArmNeighbors:
             return faiss.IndexFlatIP(self.dim)
         index = faiss.IndexHNSWFlat(self.dim, self.hnsw_m, faiss.METRIC_INNER_PRODUCT)
         index.hnsw.efConstruction = self.ef_construction
-        index.hnsw.efSearch = self.ef_search
         return index
 
     def _set_index(self, index: Any) -> None:
-        """Install an index whose efSearch (if HNSW) is ``ef_search``, as ``_new_index`` and ``load`` make
-        them; ``search_labels`` then sets efSearch only when a search needs another value."""
+        """Install an index (built here, in a compaction job, or loaded), an HNSW one at beam ``ef_search``:
+        the one place that knows the index's efSearch besides ``set_beam``."""
+        if isinstance(index, faiss.IndexHNSW):
+            index.hnsw.efSearch = self.ef_search
         self._index = index
         self._ef = self.ef_search
+
+    def set_beam(self, fetch: int) -> None:
+        """An HNSW index's beam for a search fetching ``fetch`` neighbours: max(ef_search, fetch). FAISS
+        keeps efSearch on the index; it is set through SWIG only when it changes."""
+        ef = max(self.ef_search, fetch)
+        if self.hnsw and self._ef != ef:
+            self._index.hnsw.efSearch = self._ef = ef
 
     def _append(self, vectors: np.ndarray, rewards: np.ndarray) -> np.ndarray:
         """Add rows to the index; returns their labels."""
@@ -287,9 +295,7 @@ class ArmNeighbors:
         total = self._index.ntotal
         fetch = k if total == live else min(2 * k, total)
         while True:
-            if self.hnsw and self._ef != max(self.ef_search, fetch):
-                self._ef = max(self.ef_search, fetch)
-                self._index.hnsw.efSearch = self._ef
+            self.set_beam(fetch)
             sims, labels = self._index.search(q, fetch)
             sims, labels = sims[0], labels[0]
             if total == live and labels[-1] >= 0:  # no tombstones, a full result: the fast path
@@ -328,10 +334,7 @@ class ArmNeighbors:
 
     def load(self, state: Mapping[str, Any]) -> None:
         self.hnsw = bool(state["hnsw"])
-        index: Any = faiss.deserialize_index(np.asarray(state["index"], dtype=np.uint8))
-        if self.hnsw:
-            index.hnsw.efSearch = self.ef_search
-        self._set_index(index)
+        self._set_index(faiss.deserialize_index(np.asarray(state["index"], dtype=np.uint8)))
         self._rewards = np.asarray(state["rewards"], dtype=np.float64).copy()
         self._alive = np.asarray(state["alive"], dtype=bool).copy()
         self._slot_label = np.asarray(state["slot_label"], dtype=np.int64).copy()
@@ -450,8 +453,13 @@ def hnsw_recall(store: ArmNeighbors, queries: np.ndarray, k: int) -> float:
     _, truth = exact.search(queries, k)  # ids are slots
     label_slot = np.full(store.ntotal, -1, dtype=np.int64)
     label_slot[store._slot_label] = np.arange(len(store))
-    hits = 0
-    for q, want in zip(queries, truth, strict=True):
-        _, labels = store.search_labels(q, k)
-        hits += len(set(label_slot[labels].tolist()) & set(want.tolist()))
-    return hits / (k * queries.shape[0])
+    found = [label_slot[store.search_labels(q, k)[1]] for q in queries]
+    return recall_at_k(found, truth, k)
+
+
+def recall_at_k(
+    found: Sequence[np.ndarray] | np.ndarray, truth: Sequence[np.ndarray] | np.ndarray, k: int
+) -> float:
+    """|found top-k ∩ true top-k| / k, averaged over the queries (row i of each is query i's ids)."""
+    hits = [len(set(f[:k].tolist()) & set(t[:k].tolist())) for f, t in zip(found, truth, strict=True)]
+    return sum(hits) / (k * len(hits)) if hits else 1.0
