@@ -12,7 +12,8 @@ benchmark drive the same objects through these calls:
 
 A policy owns a ``numpy.random.Generator`` seeded from the router's seed. Callers that need decisions that
 do not depend on how many selections a process served before (several gateway replicas folding the same
-event log) pass their own generator in ``Context.rng``; the policy then draws from that one.
+event log) pass their own generator in ``Context.rng``; the policy then draws from that one. The gateway
+passes a ``KeyedRng``: the decision's generator, built only if the policy draws from it.
 
 Every decision has a key, ``Context.decision_key``, and the feedback about it carries the same key in
 ``Observation.decision_key`` (the gateway: the decision id; the simulator: the round index). A policy
@@ -28,7 +29,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar, get_args, runtime_checkable
 
@@ -69,6 +70,9 @@ class Context:
     None (the simulator) means the policy counts its own selects. The policy's ``counter_use`` tells the
     caller how exact they must be (``CounterUse``).
 
+    ``rng`` is the generator this select draws from (a ``KeyedRng`` is built on the first draw); None:
+    the policy's own.
+
     ``decision_key`` names the decision this select belongs to: the same key for every select of one
     decision (an adaptive cascade's later steps included) and in every observation about it; unique per
     decision (the gateway's decision id, the simulator's round). None: unkeyed (see the module doc).
@@ -79,7 +83,7 @@ class Context:
     costs: Mapping[str, float] | None = None
     tried: Sequence[str] = ()
     constraints: Mapping[str, Any] = field(default_factory=dict)
-    rng: np.random.Generator | None = None
+    rng: np.random.Generator | KeyedRng | None = None
     decisions_before: int | None = None
     query_rounds_before: int | None = None
     decision_key: str | None = None
@@ -173,11 +177,12 @@ def candidate_arms(known: Sequence[str], context: Context, allow_repeat: bool = 
     return [a for a in known if a in allowed and a not in tried]
 
 
-def argmax_random_tie(values: np.ndarray, rng: np.random.Generator) -> int:
-    """Index of the largest value, ties (including several +inf) broken uniformly at random."""
+def argmax_random_tie(values: np.ndarray, rng: RngSource) -> int:
+    """Index of the largest value, ties (including several +inf) broken uniformly at random (``rng`` is
+    drawn from, and so built, only on a tie)."""
     best = np.max(values)
     ties = np.flatnonzero(values == best)
-    return int(ties[0]) if ties.size == 1 else int(rng.choice(ties))
+    return int(ties[0]) if ties.size == 1 else int(resolve_rng(rng).choice(ties))
 
 
 def make_rng(seed: int | None) -> np.random.Generator:
@@ -193,6 +198,40 @@ def decision_rng(seed: int, key: int | str) -> np.random.Generator:
     if isinstance(key, str):
         key = int.from_bytes(hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest(), "big")
     return np.random.default_rng(np.random.SeedSequence([seed, key]))
+
+
+class KeyedRng:
+    """``decision_rng(seed, key)``, built on the first call and the same generator on every call after it.
+
+    Most selects draw nothing (a policy's index rarely ties, and ``always`` or kNN-UCB draw only then),
+    while building a generator from a seed sequence takes about 0.1 ms of a gateway request's CPU on
+    the development machine (issue 13's profile): so a decision's generator is made when a policy first
+    draws from it, and its draws are the same numbers as an eagerly built one's."""
+
+    __slots__ = ("_generator", "key", "seed")
+
+    def __init__(self, seed: int, key: int | str) -> None:
+        self.seed = seed
+        self.key = key
+        self._generator: np.random.Generator | None = None
+
+    def __call__(self) -> np.random.Generator:
+        if self._generator is None:
+            self._generator = decision_rng(self.seed, self.key)
+        return self._generator
+
+    @property
+    def built(self) -> bool:
+        """Whether anything asked for the generator yet."""
+        return self._generator is not None
+
+
+# A generator, or a call that returns one when a draw is needed (``KeyedRng``).
+RngSource = np.random.Generator | Callable[[], np.random.Generator]
+
+
+def resolve_rng(source: RngSource) -> np.random.Generator:
+    return source if isinstance(source, np.random.Generator) else source()
 
 
 def rng_state(rng: np.random.Generator) -> dict[str, Any]:
@@ -313,6 +352,11 @@ class PolicyBase:
         require(x.shape == (dim,), f"context has dimension {x.shape}, expected ({dim},)")
 
     def _rng(self, context: Context) -> np.random.Generator:
+        """The generator this select draws from: the caller's (``Context.rng``), else the policy's own."""
+        return resolve_rng(self._draws(context))
+
+    def _draws(self, context: Context) -> RngSource:
+        """``_rng`` not yet built: for a select that draws only sometimes (a tie)."""
         return context.rng if context.rng is not None else self.rng
 
     def add_arm(self, arm: str) -> None:

@@ -92,7 +92,7 @@ class GreedyTillSucceed(_CascadeBaseline):
                 "index": float(mean - self.cost_weight * cost),
             }
         index = np.array([scores[a]["index"] for a in arms])
-        chosen = arms[argmax_random_tie(index, self._rng(context))]
+        chosen = arms[argmax_random_tie(index, self._draws(context))]
         return Decision(arms=[chosen], scores=scores, mode="cascade", adaptive=True)
 
     def update(self, observation: Observation) -> None:
@@ -122,7 +122,7 @@ class _PriceExtreme(_CascadeBaseline):
         if not arms:
             return Decision(arms=[], mode="single")
         costs = call_costs(arms, context, self.prices)
-        chosen = arms[argmax_random_tie(self.sign * costs, self._rng(context))]
+        chosen = arms[argmax_random_tie(self.sign * costs, self._draws(context))]
         return Decision(
             arms=[chosen], scores={a: {"cost": float(c)} for a, c in zip(arms, costs, strict=True)}
         )

@@ -127,7 +127,7 @@ class PakUCB(PolicyBase):
         eta = self.bonus_weight(len(self._arms))
         scores = {a: self.explain(a, x, eta) for a in arms}
         index = np.array([scores[a]["index"] for a in arms])
-        return Decision(arms=[arms[argmax_random_tie(index, self._rng(context))]], scores=scores)
+        return Decision(arms=[arms[argmax_random_tie(index, self._draws(context))]], scores=scores)
 
     def update(self, observation: Observation) -> None:
         """Append (x, y): M grows by the block inverse; past ``window`` points the oldest is downdated out."""

@@ -107,8 +107,10 @@ from routers.base import (
     Decision,
     Observation,
     PolicyBase,
+    RngSource,
     argmax_random_tie,
     candidate_arms,
+    resolve_rng,
 )
 from routers.hyperparameters import (
     DIM_DESCRIPTION,
@@ -361,7 +363,7 @@ class KnnUCB(PolicyBase):
             t = max(self.t, 1) if context.tried else self.t + 1
         if not context.tried:
             self.t = t
-        rng = self._rng(context)
+        rng = self._draws(context)
         scores: dict[str, dict[str, float]] = {}
         choices: dict[str, KChoice | None] = {}
         spread = self.variogram.spread()
@@ -384,7 +386,7 @@ class KnnUCB(PolicyBase):
         chosen: str,
         scores: Mapping[str, Mapping[str, float]],
         choices: Mapping[str, KChoice | None],
-        rng: np.random.Generator,
+        rng: RngSource,
         info: dict[str, Any],
         query_rounds_before: int | None = None,
     ) -> list[str]:
@@ -579,14 +581,14 @@ class Balrog(KnnUCB):
         rate = self.queries / (self.t - 1) if self.t > 1 else self.budget
         return min(max(2.0 * self.budget - rate, 0.0), 1.0)
 
-    def fires(self, value: float | None, rng: np.random.Generator) -> bool:
+    def fires(self, value: float | None, rng: RngSource) -> bool:
         """Q(x_t): the trigger's predicate with its (fixed or running-quantile) threshold."""
         if self.trigger == "none":
             return False
         if self.trigger == "warm":
             return True
         if self.trigger == "random":
-            return bool(rng.random() < self.budget)
+            return bool(resolve_rng(rng).random() < self.budget)
         if value is None:
             return False
         below = self.trigger == "delta"
@@ -605,7 +607,7 @@ class Balrog(KnnUCB):
         chosen: str,
         scores: Mapping[str, Mapping[str, float]],
         choices: Mapping[str, KChoice | None],
-        rng: np.random.Generator,
+        rng: RngSource,
         info: dict[str, Any],
         query_rounds_before: int | None = None,
     ) -> list[str]:

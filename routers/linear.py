@@ -134,7 +134,7 @@ class LinUCB(PolicyBase):
             return Decision(arms=[], info={"reason": "no candidate arm"})
         scores = {arm: self.explain(arm, x) for arm in arms}
         index = np.array([scores[a]["index"] for a in arms])
-        chosen = arms[argmax_random_tie(index, self._rng(context))]
+        chosen = arms[argmax_random_tie(index, self._draws(context))]
         return Decision(arms=[chosen], scores=scores)
 
     def update(self, observation: Observation) -> None:

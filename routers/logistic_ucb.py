@@ -57,9 +57,11 @@ from routers.base import (
     Decision,
     Observation,
     PolicyBase,
+    RngSource,
     argmax_random_tie,
     candidate_arms,
     require,
+    resolve_rng,
 )
 from routers.hyperparameters import (
     DIM_DESCRIPTION,
@@ -99,7 +101,7 @@ def call_budget(context: Context, default: int) -> int:
     return int(value)
 
 
-def cheapest_per_success(cost: np.ndarray, q: np.ndarray, rng: np.random.Generator) -> int:
+def cheapest_per_success(cost: np.ndarray, q: np.ndarray, rng: RngSource) -> int:
     """argmin_a c_a / q_a (Eq. 2; q_a = 0 counts as an infinite ratio), ties to the larger q_a, then at
     random. Independent of lambda, so lambda = 0 still orders the arms by cost per expected success."""
     positive = q > 0
@@ -252,11 +254,11 @@ class PromptWise(PolicyBase):
         arms = candidate_arms(self._arms, context, self.allow_repeat)
         if not arms:
             return Decision(arms=[], info={"reason": "no candidate arm", "calls": calls}, **stop)
-        rng = self._rng(context)
+        rng = self._draws(context)
         pending = self._pending_counts()
         unexplored = [a for a in arms if self._models[a].n + pending[a] < self.tau_exp]
         if unexplored and calls == 0:
-            chosen = unexplored[int(rng.integers(len(unexplored)))]
+            chosen = unexplored[int(resolve_rng(rng).integers(len(unexplored)))]
             return Decision(arms=[chosen], info={"phase": "explore", "calls": calls}, **stop)
         costs = call_costs(arms, context, self.prices)
         scores = {a: self.explain(a, x, float(c)) for a, c in zip(arms, costs, strict=True)}

@@ -79,7 +79,7 @@ class ArmMeans(PolicyBase):
             a: {"estimate": self.mean(a), "index": float(v), "n": self._stats[a][0]}
             for a, v in zip(arms, values, strict=True)
         }
-        return Decision(arms=[arms[argmax_random_tie(values, self._rng(context))]], scores=scores)
+        return Decision(arms=[arms[argmax_random_tie(values, self._draws(context))]], scores=scores)
 
     def _state(self) -> dict[str, Any]:
         return {"stats": {a: list(s) for a, s in self._stats.items()}}

@@ -23,8 +23,7 @@ from app.store.ledger import LedgerWrite
 from app.store.models import DecisionRow, Router, RouterCounter, Tenant, utcnow
 from app.store.statements import insert_rows
 from embeddings.prompt_text import EmbedText
-from routers.base import Context, counter_use
-from routers.base import decision_rng as keyed_rng
+from routers.base import Context, KeyedRng, counter_use
 from routers.replay_format import call_cost, decision_key, estimated_tokens
 
 log = logging.getLogger(__name__)
@@ -55,12 +54,13 @@ async def expected_costs(ctx: AppContext, arms: list[str], prompt_chars: int) ->
     return {b.name: call_cost(b, tokens_in, b.default_tokens_out) for b in backends}
 
 
-def decision_rng(seed: int, decision_id: str, request_seed: int | None = None) -> np.random.Generator:
+def decision_rng(seed: int, decision_id: str, request_seed: int | None = None) -> KeyedRng:
     """Randomness of one decision, from the router's seed and the decision id (or the client's request
     ``seed`` when it sent one): replicas with the same learned state make the same choice for the same
     decision, whatever else they served, and a client that replays the same seeded requests gets the
-    same choices (``bench e2e`` matches the simulator's ``round_rng`` this way)."""
-    return keyed_rng(seed, decision_key(decision_id, request_seed))
+    same choices (``bench e2e`` matches the simulator's ``round_rng`` this way). Built only if the
+    policy draws (``KeyedRng``)."""
+    return KeyedRng(seed, decision_key(decision_id, request_seed))
 
 
 async def route(

@@ -16,6 +16,7 @@ from app.routing.decide import decision_rng
 from app.schemas import FeedbackRequest, RouterCreate, RouteRequest, TenantLimits
 from app.settings import RATE_LIMIT_MAX, Settings
 from app.store.models import Backend
+from routers.base import decision_rng as keyed_rng
 from routers.replay_format import call_cost
 
 
@@ -89,10 +90,12 @@ def test_call_cost_is_tokens_times_prices_plus_per_call() -> None:
 
 
 def test_decision_rng_depends_on_seed_and_decision_only() -> None:
-    a = decision_rng(7, "ab" * 16).random(3)
-    assert np.array_equal(a, decision_rng(7, "ab" * 16).random(3))
-    assert not np.array_equal(a, decision_rng(8, "ab" * 16).random(3))
-    assert not np.array_equal(a, decision_rng(7, "cd" * 16).random(3))
+    a = decision_rng(7, "ab" * 16)().random(3)
+    assert np.array_equal(a, decision_rng(7, "ab" * 16)().random(3))
+    assert not np.array_equal(a, decision_rng(8, "ab" * 16)().random(3))
+    assert not np.array_equal(a, decision_rng(7, "cd" * 16)().random(3))
+    # the same numbers as the simulator's generator of the same key: the decision id's first 64 bits
+    assert np.array_equal(a, keyed_rng(7, int("ab" * 8, 16)).random(3))
 
 
 def test_messages_round_trip() -> None:
