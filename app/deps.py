@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.auth import hash_key, is_admin_key
 from app.context import AppContext
 from app.ratelimit.limits import key_limits
+from app.store.db import close_if_used
 from app.store.models import Tenant
 
 
@@ -26,8 +27,12 @@ Ctx = Annotated[AppContext, Depends(get_ctx)]
 
 
 async def get_session(ctx: Ctx) -> AsyncIterator[AsyncSession]:
-    async with ctx.sessionmaker() as session:
+    """A session for the request, closed after it unless the request never used it (``close_if_used``)."""
+    session = ctx.sessionmaker()
+    try:
         yield session
+    finally:
+        await close_if_used(session)
 
 
 Session = Annotated[AsyncSession, Depends(get_session)]

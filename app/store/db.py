@@ -45,6 +45,21 @@ def dropped_connection(exc: BaseException) -> bool:
     return isinstance(exc, DBAPIError) and bool(exc.connection_invalidated)
 
 
+async def close_if_used(session: AsyncSession) -> bool:
+    """Close ``session`` as ``async with`` closes it (rolling back an open transaction, returning its
+    connection, dropping its objects; to completion even if the caller is cancelled meanwhile) unless it
+    never began a transaction and holds no object. Such a session holds nothing to release, and closing
+    it anyway is a greenlet hand-off: 0.09-0.12 ms of a forwarded request's CPU on the development
+    machine, where the hot path reads only through the catalog's caches (issue 13). Returns whether it
+    closed."""
+    sync = session.sync_session
+    if not session.in_transaction() and not sync.identity_map and not sync.new and not sync.deleted:
+        return False
+    async with session:
+        pass
+    return True
+
+
 class RetryingSession(AsyncSession):
     """An ``AsyncSession`` whose first statement of a transaction is retried once on a fresh connection
     when the pooled one turns out to be dropped. Later statements are not retried: the transaction they
