@@ -25,6 +25,7 @@ from app.api import (
 )
 from app.api.admin_logs import router as admin_logs_router
 from app.api.admin_stats import router as admin_stats_router
+from app.api.dashboard import mount_dashboard
 from app.api.http_limits import HttpLimits, RequestLimits
 from app.api.metrics import RequestMetrics
 from app.api.metrics import router as metrics_router
@@ -33,7 +34,6 @@ from app.bus import EventBus, InProcessBus, RedisStreamBus
 from app.catalog import Catalog
 from app.compaction import CompactionLoop
 from app.context import AppContext
-from app.dashboard import mount_dashboard
 from app.embedding import (
     EmbeddingCache,
     EmbeddingPoolClient,

@@ -7,8 +7,8 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from app.api.contract import documented
+from app.api.deps import AdminOnly, Ctx, Session
 from app.backend_keys import SecretKeyMissing, encrypt_key, fernet_for
-from app.deps import AdminOnly, Ctx, Session
 from app.input_types import Text
 from app.schemas import BackendCreate, BackendOut, BackendUpdate
 from app.store.models import Backend, Router

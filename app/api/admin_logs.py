@@ -17,7 +17,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query, status
 from sqlalchemy import Select, and_, or_, select
 
 from app.admin_views import DecisionDetail, DecisionItem, DecisionPage, FeedbackItem, FeedbackPage
-from app.deps import AdminOnly, Ctx, Session
+from app.api.deps import AdminOnly, Ctx, Session
 from app.input_types import BIGINT_MAX, DECISION_ID_BOUND, DecisionId, Text, current_limits
 from app.jsonable import readable
 from app.store.models import DecisionRow, FeedbackEvent, Router, Tenant

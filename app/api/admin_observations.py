@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from app.api.admin_routers import get_router
 from app.api.admin_tenants import get_tenant
-from app.deps import AdminOnly, Ctx, Session
+from app.api.deps import AdminOnly, Ctx, Session
 from app.input_types import DbInt, Text
 from app.routing.errors import TooLarge
 from app.routing.offline import import_direct_calls, record_offline

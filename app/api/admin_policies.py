@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
-from app.deps import AdminOnly, Ctx
+from app.api.deps import AdminOnly, Ctx
 from routers.registry import POLICIES, hyperparameter_defaults, hyperparameter_schema
 
 router = APIRouter(prefix="/admin/policies", tags=["admin: policies"], dependencies=[AdminOnly])

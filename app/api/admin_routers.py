@@ -12,8 +12,8 @@ from sqlalchemy.exc import IntegrityError
 
 from app.api.admin_tenants import get_tenant
 from app.api.contract import documented
+from app.api.deps import AdminOnly, Ctx, Session
 from app.api.errors import InvalidParam
-from app.deps import AdminOnly, Ctx, Session
 from app.events import RouterChanged
 from app.input_types import Text
 from app.jsonable import jsonable

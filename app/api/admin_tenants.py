@@ -7,8 +7,8 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from app.api.contract import documented
+from app.api.deps import AdminOnly, Ctx, Session
 from app.auth import display_prefix, hash_key, new_api_key
-from app.deps import AdminOnly, Ctx, Session
 from app.input_types import DbInt, Text
 from app.ratelimit.limits import key_limits
 from app.schemas import (

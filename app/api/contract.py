@@ -6,7 +6,7 @@ so a new endpoint documents them without saying so:
 - every operation: 500 (a bug, answered by ``AnswerServerErrors``) and 431 (the header limits of
   app/api/http_limits.py, in front of every endpoint);
 - an operation with a request body: 413 (body size) and 408 (slow body), the same middleware's;
-- an operation that needs a key (its ``security``, from the dependencies in app/deps.py): 401, 403 and
+- an operation that needs a key (its ``security``, from the dependencies in app/api/deps.py): 401, 403 and
   429 (with ``Retry-After``);
 - an operation with a path parameter: 404 (the tenant, router, backend, decision, key or model it names
   does not exist);

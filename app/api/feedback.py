@@ -6,8 +6,8 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException, Query, status
 
 from app.api.contract import documented
+from app.api.deps import Ctx, CurrentTenant, Session
 from app.context import AppContext
-from app.deps import Ctx, CurrentTenant, Session
 from app.input_types import DbInt
 from app.routing import feedback as events
 from app.routing import probes

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Response, status
 from sqlalchemy import text
 
-from app.deps import Ctx
+from app.api.deps import Ctx
 
 router = APIRouter(tags=["health"])
 

@@ -32,8 +32,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.api.deps import client_address
 from app.api.errors import NotedSend, as_http, error_response
-from app.deps import client_address
 from app.input_types import DEFAULT_LIMITS, JsonLimits, limits_in_force
 from app.routing.errors import RateLimited
 from app.settings import SettingsView

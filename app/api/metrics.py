@@ -17,12 +17,12 @@ from fastapi import APIRouter, Depends, HTTPException, Request, Response, Securi
 from fastapi.security import HTTPBearer
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from app.api.deps import Credentials, Ctx, admitted_address, bearer_or_401
 from app.api.errors import NotedSend
 from app.auth import matches_secret
-from app.deps import Credentials, Ctx, admitted_address, bearer_or_401
 from app.metrics import UNMATCHED_ROUTE, exposition, observe_request
 
-# Parsed as every other key is (app/deps.py); the operation is not in the OpenAPI document.
+# Parsed as every other key is (app/api/deps.py); the operation is not in the OpenAPI document.
 METRICS_KEY = HTTPBearer(scheme_name="metricsToken", auto_error=False)
 
 
@@ -31,7 +31,7 @@ async def require_metrics_token(
 ) -> None:
     """401 unless the bearer is the metrics token (the admin key when none is set); 403 when neither is
     configured and metrics are not explicitly public. A wrong token counts against the caller's
-    failed-auth limit, and an address over it gets 429, as on every other endpoint (app/deps.py)."""
+    failed-auth limit, and an address over it gets 429, as on every other endpoint (app/api/deps.py)."""
     settings = ctx.settings
     if settings.metrics_public:
         return

@@ -24,9 +24,9 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.api.contract import documented
+from app.api.deps import Ctx, CurrentTenant, Session
 from app.api.errors import InvalidParam, ModelNotFound
 from app.context import AppContext
-from app.deps import Ctx, CurrentTenant, Session
 from app.input_types import ForwardBody, Text
 from app.jsonable import jsonable
 from app.routing import answers, decide, forward, kinds, probes, stream

@@ -7,7 +7,7 @@ from dataclasses import asdict
 from fastapi import APIRouter, HTTPException, status
 
 from app.api.contract import documented
-from app.deps import Ctx, CurrentTenant, Session
+from app.api.deps import Ctx, CurrentTenant, Session
 from app.input_types import DecisionId
 from app.routing import cascade, decide, forward, probes
 from app.schemas import (

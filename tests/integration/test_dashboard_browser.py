@@ -27,7 +27,7 @@ import httpx
 import pytest
 from playwright.sync_api import Page, sync_playwright
 
-from app.dashboard import CONTENT_SECURITY_POLICY
+from app.api.dashboard import CONTENT_SECURITY_POLICY
 from app.store.migrate import upgrade
 from tests.conftest import ADMIN_KEY, admin_headers, bearer
 from tests.querying_policy import NAME
