@@ -14,7 +14,13 @@ uvicorn's default:
 For every system, in alternation (round r measures each system once before round r + 1 starts):
 
 - sequential: ``--sequential`` requests one at a time on a keep-alive client, after a warm-up; the p50
-  latency and the *overhead* p50 = that p50 minus the upstream's own p50 measured in the same round;
+  latency and the *overhead* p50 = that p50 minus the upstream's own p50 measured in the same round.
+  With ``--interleave B`` (default 25) the systems take turns in blocks of B back-to-back requests (the
+  upstream's own among them), so each system's p50 and the upstream's come from the same stretch of
+  time and a slow spell of a shared machine weighs on all of them alike; ``--interleave 0`` runs each
+  system's requests all at once, one system after another (passes 1-10 of docs/benchmarks.md). Within a
+  block requests still follow each other at once, so work a server does after answering still meets
+  the next request;
 - throughput: ``--seconds`` seconds at ``--concurrency`` requests in flight; requests per second;
 - server CPU per request: user + system CPU of the server's process tree during the throughput run
   (``/proc/<pid>/stat``), divided by the requests it answered;
@@ -60,7 +66,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import AsyncExitStack, ExitStack, contextmanager
 from dataclasses import dataclass, field
 from itertools import product
 from pathlib import Path
@@ -397,14 +403,41 @@ def admin_setup(url: str, upstream: str, policy: str) -> str:
     return key
 
 
-async def _sequential(system: System, prompts: list[str], n: int) -> list[float]:
+async def _timed(
+    client: httpx.AsyncClient, system: System, prompts: list[str], numbers: range
+) -> list[float]:
+    """Request ``numbers`` (their prompts) to ``system`` one after another: each one's latency, ms."""
     latencies = []
+    for i in numbers:
+        started = time.perf_counter()
+        response = await client.post(system.path, json=system.body(prompts[i % len(prompts)]))
+        latencies.append((time.perf_counter() - started) * 1000)
+        response.raise_for_status()
+    return latencies
+
+
+async def _sequential(system: System, prompts: list[str], n: int) -> list[float]:
     async with httpx.AsyncClient(base_url=system.url, headers=system.headers, timeout=60) as client:
-        for i in range(n):
-            started = time.perf_counter()
-            response = await client.post(system.path, json=system.body(prompts[i % len(prompts)]))
-            latencies.append((time.perf_counter() - started) * 1000)
-            response.raise_for_status()
+        return await _timed(client, system, prompts, range(n))
+
+
+async def interleaved_sequential(
+    systems: list[System], prompts: list[str], n: int, block: int
+) -> dict[str, list[float]]:
+    """``n`` sequential requests to each of ``systems``, one keep-alive client each, taking turns in
+    blocks of ``block``: the first ``block`` to the first system, then to the second, ..., then the next
+    ``block`` to the first again. Each system's latencies, in order."""
+    latencies: dict[str, list[float]] = {s.name: [] for s in systems}
+    async with AsyncExitStack() as stack:
+        clients = [
+            await stack.enter_async_context(httpx.AsyncClient(base_url=s.url, headers=s.headers, timeout=60))
+            for s in systems
+        ]
+        for start in range(0, n, block):
+            for system, client in zip(systems, clients, strict=True):
+                latencies[system.name] += await _timed(
+                    client, system, prompts, range(start, min(start + block, n))
+                )
     return latencies
 
 
@@ -436,12 +469,22 @@ async def _throughput(
         return done, time.perf_counter() - started
 
 
-def measure(system: System, prompts: list[str], args: argparse.Namespace) -> dict[str, float]:
+def fill_decisions(system: System, prompts: list[str], args: argparse.Namespace) -> None:
+    """A feedback system's decisions for one round: its sequential requests' and its throughput run's."""
     if system.decisions is not None:
         system.decisions.clear()
         count = args.sequential + int(args.seconds * args.feedback_pool_rate)
         asyncio.run(make_decisions(system, prompts, count))
-    latencies = asyncio.run(_sequential(system, prompts, args.sequential))
+
+
+def measure(
+    system: System, prompts: list[str], args: argparse.Namespace, latencies: list[float] | None = None
+) -> dict[str, float]:
+    """One round's figures of ``system``: its sequential run (unless ``latencies`` brings them, from
+    ``interleaved_sequential``), then its throughput run and the server CPU that run took."""
+    if latencies is None:
+        fill_decisions(system, prompts, args)
+        latencies = asyncio.run(_sequential(system, prompts, args.sequential))
     cpu_before = tree_cpu_seconds(system.pid)
     count, elapsed = asyncio.run(_throughput(system, prompts, args.seconds, args.concurrency))
     cpu = tree_cpu_seconds(system.pid) - cpu_before
@@ -664,6 +707,8 @@ def format_table(summary: dict[str, dict[str, float]], settings: dict[str, str])
 
 
 def gateway_main(args: argparse.Namespace) -> int:
+    if args.interleave < 0:
+        raise ValueError(f"--interleave must be 0 (off) or a block length, got {args.interleave}")
     if args.before and args.before_http not in args.http:
         raise ValueError(
             f"--before runs its gateways under --before-http {args.before_http}, which --http "
@@ -685,10 +730,17 @@ def gateway_main(args: argparse.Namespace) -> int:
             asyncio.run(_sequential(system, prompts, warm))
         rounds = []
         for r in range(args.rounds):
-            result = {upstream.name: measure(upstream, prompts, args)}
             order = systems if r % 2 == 0 else list(reversed(systems))
+            sequential: dict[str, list[float]] = {}
+            if args.interleave:
+                for system in order:
+                    fill_decisions(system, prompts, args)
+                sequential = asyncio.run(
+                    interleaved_sequential([upstream, *order], prompts, args.sequential, args.interleave)
+                )
+            result = {upstream.name: measure(upstream, prompts, args, sequential.get(upstream.name))}
             for system in order:
-                result[system.name] = measure(system, prompts, args)
+                result[system.name] = measure(system, prompts, args, sequential.get(system.name))
                 if not args.quiet:
                     print(
                         f"round {r + 1}/{args.rounds} {system.name}: {result[system.name]}", file=sys.stderr
@@ -763,6 +815,14 @@ def add_subcommand(subparsers: Any) -> None:
     )
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (medians over them)")
     parser.add_argument("--sequential", type=int, default=300, help="sequential requests per round")
+    parser.add_argument(
+        "--interleave",
+        type=int,
+        default=25,
+        metavar="B",
+        help="the systems' sequential requests take turns in blocks of B (0: each system's all at once, "
+        "one system after another)",
+    )
     parser.add_argument("--seconds", type=float, default=10.0, help="throughput run length per round")
     parser.add_argument(
         "--concurrency", type=int, default=16, help="requests in flight in the throughput run"

@@ -7,17 +7,22 @@ import logging
 import logging.config
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
+from fastapi import FastAPI
 
 from bench.gateway_bench import (
     LITELLM_LOGGING,
+    System,
+    interleaved_sequential,
     litellm_cmd,
     litellm_config,
     percentile,
     summarise,
     tree_cpu_seconds,
 )
+from bench.local_server import serving
 
 
 def test_overheads_are_medians_net_of_the_upstream_and_ratios_are_against_the_bare_proxy() -> None:
@@ -84,3 +89,27 @@ def test_the_litellm_peer_forwards_router_to_the_upstream_with_no_access_log() -
     assert cmd[cmd.index("--num_workers") + 1] == "1"
     assert cmd[cmd.index("--log_config") + 1] == "l.json"
     assert cmd[cmd.index("--port") + 1] == "4000"
+
+
+async def test_interleaved_sequential_requests_take_turns_in_blocks() -> None:
+    arrivals: list[tuple[str, str]] = []
+
+    def recorder(name: str) -> FastAPI:
+        app = FastAPI()
+
+        @app.post("/v1/chat/completions")
+        async def answer(body: dict[str, Any]) -> dict[str, str]:
+            arrivals.append((name, body["messages"][0]["content"]))
+            return {"ok": name}
+
+        return app
+
+    async with serving(recorder("a")) as a, serving(recorder("b")) as b:
+        systems = [System("a", a, 0), System("b", b, 0)]
+        latencies = await interleaved_sequential(systems, ["p0", "p1", "p2"], n=7, block=3)
+    # blocks of 3 taking turns, the last one short; each system's requests walk the prompts in order
+    expected = [("a", 0), ("a", 1), ("a", 2), ("b", 0), ("b", 1), ("b", 2)]
+    expected += [("a", 3), ("a", 4), ("a", 5), ("b", 3), ("b", 4), ("b", 5), ("a", 6), ("b", 6)]
+    assert arrivals == [(name, f"p{i % 3}") for name, i in expected]
+    assert [len(latencies["a"]), len(latencies["b"])] == [7, 7]
+    assert all(ms > 0 for ms in latencies["a"] + latencies["b"])
