@@ -111,10 +111,7 @@ class CostAware(PolicyWrapper):
                 "cost_term": term,
                 "adjusted_index": float(adjusted[i]),
             }
-        rng = context.rng if context.rng is not None else getattr(self.inner, "rng", None)
-        if rng is None:  # pragma: no cover - every wrapped policy is a PolicyBase with its own generator
-            raise PolicyConfigError(f"{self.name!r} has no random generator for ties")
-        chosen = scored[argmax_random_tie(adjusted, rng)]
+        chosen = scored[argmax_random_tie(adjusted, self._draws(context))]
         return Decision(
             arms=[chosen],
             scores=scores,

@@ -90,10 +90,7 @@ class PacedCascade(PolicyWrapper):
         arms = list(decision.scores)
         cost = np.array([decision.scores[a]["cost"] for a in arms])
         q = np.array([decision.scores[a]["q"] for a in arms])
-        rng = context.rng if context.rng is not None else getattr(self.inner, "rng", None)
-        if rng is None:  # pragma: no cover - every cascade is a PolicyBase with its own generator
-            raise PolicyConfigError(f"{self.name!r} has no random generator for ties")
-        chosen = arms[cheapest_per_success(cost, q, rng)]
+        chosen = arms[cheapest_per_success(cost, q, self._draws(context))]
         return Decision(
             arms=[chosen],
             scores=decision.scores,

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Self
 
-from routers.base import CounterUse, Observation, Policy, PolicyConfigError, counter_use
+from routers.base import Context, CounterUse, Observation, Policy, PolicyConfigError, RngSource, counter_use
 
 
 class PolicyWrapper:
@@ -42,6 +42,14 @@ class PolicyWrapper:
     @property
     def arms(self) -> list[str]:
         return self.inner.arms
+
+    def _draws(self, context: Context) -> RngSource:
+        """The generator the wrapper's own tie-break draws from, built only on a tie: the caller's
+        (``Context.rng``), else the inner policy's own, as ``PolicyBase._draws``."""
+        rng = context.rng if context.rng is not None else getattr(self.inner, "rng", None)
+        if rng is None:  # pragma: no cover - every wrapped policy is a PolicyBase with its own generator
+            raise PolicyConfigError(f"{self.name!r} has no random generator for ties")
+        return rng
 
     @property
     def counter_use(self) -> CounterUse:
