@@ -5,6 +5,7 @@ app/api/ speaks HTTP."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -14,15 +15,17 @@ HTTP = ("fastapi", "starlette")
 HTTP_OUTSIDE_API = frozenset({"app/main.py", "app/replay_backends.py"})
 
 
-def imports(path: Path) -> set[str]:
-    """Every module ``path`` imports, at any depth of its code (a lazy import counts)."""
+@functools.cache
+def imports(path: Path) -> frozenset[str]:
+    """Every module ``path`` imports, at any depth of its code (a lazy import counts); each file parsed
+    once however many rules read it."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             found.add(node.module)
-    return found
+    return frozenset(found)
 
 
 def sources(folder: str) -> list[Path]:
