@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from bench.wrk_load import LoadError
 from routers.base import PolicyConfigError
 
 SUBCOMMAND_MODULES: tuple[str, ...] = (
@@ -51,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(list(argv) if argv is not None else None)
     try:
         code: int = args.handler(args)
-    except (PolicyConfigError, ValueError, OSError) as exc:
+    except (PolicyConfigError, ValueError, OSError, LoadError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return code

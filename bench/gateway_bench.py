@@ -21,7 +21,10 @@ For every system, in alternation (round r measures each system once before round
   system's requests all at once, one system after another (passes 1-10 of docs/benchmarks.md). Within a
   block requests still follow each other at once, so work a server does after answering still meets
   the next request;
-- throughput: ``--seconds`` seconds at ``--concurrency`` requests in flight; requests per second;
+- throughput: ``--seconds`` seconds at ``--concurrency`` requests in flight; requests per second. The
+  load comes from ``--load-client``: ``httpx`` (default), the Python client of the sequential runs, or
+  ``wrk`` (bench/wrk_load.py), a C client that spends microseconds per request where httpx tops out
+  near 300 requests per second on a 2-core machine (Debian: ``apt-get install wrk``);
 - server CPU per request: user + system CPU of the server's process tree during the throughput run
   (``/proc/<pid>/stat``), divided by the requests it answered;
 - the tail of the sequential run: its p99 (nearest rank) and its slowest request, the request's own
@@ -78,6 +81,7 @@ from fastapi.responses import Response
 
 from bench.cli import documented_parser
 from bench.local_server import free_port
+from bench.wrk_load import run_wrk, wrk_executable
 
 T = TypeVar("T")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -469,6 +473,26 @@ async def _throughput(
         return done, time.perf_counter() - started
 
 
+def wrk_bodies(system: System, prompts: list[str]) -> tuple[list[str], bool]:
+    """The JSON bodies wrk posts, and whether it may repeat them: one per prompt, in turn; a feedback
+    system's, one per decision left in its pool (which this empties), never repeated."""
+    if system.decisions is None:
+        return [json.dumps(system.body(p)) for p in prompts], True
+    bodies = []
+    while system.decisions:
+        bodies.append(json.dumps(system.body("")))
+    return bodies, False
+
+
+def throughput(system: System, prompts: list[str], args: argparse.Namespace) -> tuple[int, float]:
+    """Requests answered and seconds taken in one throughput run, by ``--load-client``."""
+    if args.load_client == "wrk":
+        bodies, cycle = wrk_bodies(system, prompts)
+        done = run_wrk(system.url, system.path, system.headers, bodies, args.seconds, args.concurrency, cycle)
+        return done.requests, done.seconds
+    return asyncio.run(_throughput(system, prompts, args.seconds, args.concurrency))
+
+
 def fill_decisions(system: System, prompts: list[str], args: argparse.Namespace) -> None:
     """A feedback system's decisions for one round: its sequential requests' and its throughput run's."""
     if system.decisions is not None:
@@ -486,13 +510,14 @@ def measure(
         fill_decisions(system, prompts, args)
         latencies = asyncio.run(_sequential(system, prompts, args.sequential))
     cpu_before = tree_cpu_seconds(system.pid)
-    count, elapsed = asyncio.run(_throughput(system, prompts, args.seconds, args.concurrency))
+    count, elapsed = throughput(system, prompts, args)
     cpu = tree_cpu_seconds(system.pid) - cpu_before
     return {
         "p50_ms": statistics.median(latencies),
         "p99_ms": percentile(latencies, 99),
         "max_ms": max(latencies),
         "req_per_s": count / elapsed,
+        "seconds": elapsed,  # short of --seconds where a feedback run's decisions ran out
         "cpu_ms_per_req": 1000 * cpu / max(count, 1),
     }
 
@@ -714,6 +739,8 @@ def gateway_main(args: argparse.Namespace) -> int:
             f"--before runs its gateways under --before-http {args.before_http}, which --http "
             f"({' '.join(args.http)}) must name: add it to --http or pass --before-http {args.http[0]}"
         )
+    if args.load_client == "wrk":
+        wrk_executable()  # before minutes of start-up, not after
     prompts = [
         f"benchmark prompt {i}: which model should answer this question about topic {i % 7}?"
         for i in range(args.prompts)
@@ -826,6 +853,13 @@ def add_subcommand(subparsers: Any) -> None:
     parser.add_argument("--seconds", type=float, default=10.0, help="throughput run length per round")
     parser.add_argument(
         "--concurrency", type=int, default=16, help="requests in flight in the throughput run"
+    )
+    parser.add_argument(
+        "--load-client",
+        choices=("httpx", "wrk"),
+        default="httpx",
+        help="the throughput run's client: httpx (Python, ~300 req/s ceiling on 2 cores) or wrk (C; "
+        "apt-get install wrk)",
     )
     parser.add_argument("--prompts", type=int, default=32, help="distinct prompts (embedded in the warm-up)")
     parser.add_argument("--upstream-delay-ms", type=float, default=0.7)
