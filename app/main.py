@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -27,6 +27,7 @@ from app.api.admin_logs import router as admin_logs_router
 from app.api.admin_stats import router as admin_stats_router
 from app.api.dashboard import mount_dashboard
 from app.api.http_limits import HttpLimits, RequestLimits
+from app.api.in_flight import CountInFlight, RequestsInFlight
 from app.api.metrics import RequestMetrics
 from app.api.metrics import router as metrics_router
 from app.backends import BackendClient
@@ -55,7 +56,9 @@ from embeddings.registry import load_embedder
 from routers.neighbors import set_search_threads
 
 
-async def open_context(settings: Settings) -> AppContext:
+async def open_context(settings: Settings, busy: Callable[[], bool] | None = None) -> AppContext:
+    """The app's shared state; ``busy`` says when this process serves more than one request (the
+    SQLite ledger's inline path then hands writes to its thread)."""
     set_search_threads(settings.search_threads)
     engine = make_engine(settings.database_url, settings.db_pool_recycle_s)
     sessionmaker = make_sessionmaker(engine)
@@ -103,7 +106,13 @@ async def open_context(settings: Settings) -> AppContext:
         limiter = InProcessLimiter(
             auth_failure_limits(settings), max_addresses=settings.auth_failure_max_addresses
         )
-    ledger = make_ledger(settings.database_url, settings.ledger_max_batch)
+    ledger = make_ledger(
+        settings.database_url,
+        settings.ledger_max_batch,
+        settings.ledger_inline,
+        settings.ledger_inline_checkpoint_commits,
+        busy,
+    )
     round_counts = RoundCounts(ledger.counts, settings.counter_read_ttl_s)
     ctx = AppContext(
         settings,
@@ -157,9 +166,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if not settings.log_upstream_requests:
         logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
 
+    in_flight = RequestsInFlight()
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        app.state.ctx = await open_context(settings)
+        app.state.ctx = await open_context(settings, in_flight.more_than_one)
         if settings.gc_freeze:
             gc.freeze()  # what started up lives as long as the process: no collection need walk it
         try:
@@ -201,6 +212,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(RequestLimits, limits=HttpLimits.of(settings), json_limits=JsonLimits.of(settings))
     if settings.metrics_enabled:  # outside RequestLimits: its 413/431/408 answers are counted too
         app.add_middleware(RequestMetrics)
+    app.add_middleware(CountInFlight, in_flight=in_flight)
     errors.install(app)  # adds the last-resort 500 outside every other middleware
     contract.install(app)
     return app

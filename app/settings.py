@@ -84,6 +84,20 @@ class Settings(BaseSettings):
         description="most request writes (decisions, attempts, feedback) committed together in one "
         "transaction by the ledger's group commit (app/store/ledger.py)",
     )
+    ledger_inline: bool = Field(
+        True,
+        description="SQLite only: a request write that finds the ledger's writer idle while the process "
+        "serves no other request is committed on the event loop, on a connection that never waits for "
+        "SQLite's write lock (the write goes to the writer's thread when the lock is held elsewhere) "
+        "and never checkpoints (app/store/ledger_sqlite.py); false: every write goes to the thread",
+    )
+    ledger_inline_checkpoint_commits: int = Field(
+        100,
+        ge=1,
+        le=100_000,
+        description="SQLite with ledger_inline: a PASSIVE WAL checkpoint runs in a worker thread after "
+        "this many inline commits (the inline connection makes none itself)",
+    )
     event_stream: str = Field("banditgate:events", description="Redis stream that carries the event log")
     event_stream_maxlen: int = Field(1_000_000, gt=0, description="approximate cap on the stream's length")
     stream_block_ms: int = Field(500, gt=0, description="XREAD block time of the stream tailer")

@@ -96,9 +96,23 @@ def make_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
     return async_sessionmaker(engine, class_=RetryingSession, expire_on_commit=False)
 
 
-def make_ledger(url: str, max_batch: int) -> Ledger:
-    """The request path's group-committed writer (app/store/ledger.py) for the engine's database."""
+def make_ledger(
+    url: str,
+    max_batch: int,
+    sqlite_inline: bool = False,
+    inline_checkpoint_commits: int = 100,
+    busy: Callable[[], bool] | None = None,
+) -> Ledger:
+    """The request path's group-committed writer (app/store/ledger.py) for the engine's database;
+    on SQLite, ``sqlite_inline`` serves an item that finds the writer idle on the event loop, unless
+    ``busy()`` says the process serves other requests too (app/store/ledger_sqlite.py)."""
     if url.startswith("sqlite"):
-        return SqliteLedger(sqlite_path(url), max_batch)
+        return SqliteLedger(
+            sqlite_path(url),
+            max_batch,
+            inline=sqlite_inline,
+            inline_checkpoint_commits=inline_checkpoint_commits,
+            busy=busy,
+        )
     dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
     return PostgresLedger(dsn, max_batch)

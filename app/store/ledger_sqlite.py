@@ -4,17 +4,34 @@ A write is one put on a queue and one wake-up of the event loop when its batch i
 thread takes every write queued at that moment into one ``BEGIN IMMEDIATE`` ... ``COMMIT``. The
 connection has the engine's pragmas and busy timeout (app/store/sqlite_settings.py), so it takes
 SQLite's one write lock in turn with the app's sessions.
+
+Inline (``inline=True``, setting ``ledger_inline``): an item that finds the writer idle (nothing
+queued, no batch being served) while ``busy()`` is false (the app: this process serves no request but
+the one writing, app/api/in_flight.py) is served on the event loop instead, on a second connection,
+which saves the hand-off to the thread and back (two thread wake-ups: 0.1-0.6 ms of a ``/route`` or
+``/feedback`` on a 2-core machine, docs/benchmarks.md, "Results, pass 12"). Under concurrent load the
+thread keeps the work: there SQLite runs off the loop and concurrent writes share a commit. What keeps
+the loop from stalling on an inline item:
+
+- that connection's busy timeout is 0: when another connection (the app's sessions, another worker
+  process) holds SQLite's write lock, ``BEGIN IMMEDIATE`` fails at once and the item goes to the
+  thread's queue as before, never waiting on the loop. Nothing of it was committed then;
+- it never checkpoints (``wal_autocheckpoint=0``), so the loop never waits for an fsync
+  (``synchronous=NORMAL`` in WAL mode syncs at checkpoints only, not at commits); every
+  ``inline_checkpoint_commits`` inline commits a ``PRAGMA wal_checkpoint(PASSIVE)`` runs on a third
+  connection in a worker thread, which bounds the WAL as SQLite's own autocheckpoint would.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import queue
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from app.store.driver_sql import (
@@ -48,6 +65,9 @@ log = logging.getLogger(__name__)
 Item = tuple[Queued, asyncio.AbstractEventLoop, "asyncio.Future[Any]"]
 
 
+LOCK_HELD = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
+
 def connect(path: str, busy_timeout_s: float) -> sqlite3.Connection:
     """A connection with the engine's pragmas, in autocommit mode (the ledger issues BEGIN itself)."""
     conn = sqlite3.connect(path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False)
@@ -55,20 +75,77 @@ def connect(path: str, busy_timeout_s: float) -> sqlite3.Connection:
     return conn
 
 
+def connect_inline(path: str) -> sqlite3.Connection:
+    """The inline connection: the engine's pragmas, no busy wait, no checkpoints of its own."""
+    conn = connect(path, 0.0)
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    return conn
+
+
+def _never_busy() -> bool:
+    return False
+
+
+class _LockHeld(Exception):
+    """Another connection holds SQLite's write lock: serve the item on the thread instead."""
+
+
 class SqliteLedger(Ledger):
     dialect = "sqlite"
 
-    def __init__(self, path: str, max_batch: int, busy_timeout_s: float = BUSY_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        path: str,
+        max_batch: int,
+        busy_timeout_s: float = BUSY_TIMEOUT_S,
+        inline: bool = False,
+        inline_checkpoint_commits: int = 100,
+        busy: Callable[[], bool] | None = None,
+    ) -> None:
+        self._path = path
         self._conn = connect(path, busy_timeout_s)
         self._max_batch = max_batch
         self._queue: queue.SimpleQueue[Item | None] = queue.SimpleQueue()
         self._closed = False
+        # held while a connection of this ledger serves items: by the thread for a batch, by the loop
+        # for an inline item (never waited for on the loop)
+        self._serving = threading.Lock()
+        self._inline = connect_inline(path) if inline else None
+        self._busy = busy if busy is not None else _never_busy
+        self._checkpoint_every = inline_checkpoint_commits
+        self._uncheckpointed = 0  # inline commits since the last checkpoint was asked for
+        self._checkpoint: concurrent.futures.Future[None] | None = None
+        self._checkpointer = (
+            concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="banditgate-checkpoint")
+            if inline
+            else None
+        )
+        self.inline_served = 0  # items served on the loop
+        self.inline_deferred = 0  # items that found the write lock held elsewhere and went to the thread
+        self.checkpoints = 0
         self._thread = threading.Thread(target=self._run, name="banditgate-ledger", daemon=True)
         self._thread.start()
 
     async def _submit(self, item: Queued) -> Any:
         if self._closed:
             raise LedgerClosed("the ledger is closed")
+        if (
+            self._inline is not None
+            and self._queue.empty()
+            and not self._busy()
+            and self._serving.acquire(blocking=False)
+        ):
+            try:
+                outcome = self._serve_inline(self._inline, item)
+            except _LockHeld:
+                self.inline_deferred += 1
+            else:
+                self.inline_served += 1
+                if isinstance(outcome, BaseException):
+                    raise outcome
+                return outcome
+            finally:
+                self._serving.release()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         self._queue.put((item, loop, future))
@@ -80,6 +157,61 @@ class SqliteLedger(Ledger):
         self._closed = True
         self._queue.put(None)
         await asyncio.to_thread(self._thread.join)
+        if self._checkpointer is not None:
+            await asyncio.to_thread(self._checkpointer.shutdown)  # waits for a checkpoint under way
+        if self._inline is not None:
+            self._inline.close()
+
+    def _serve_inline(self, conn: sqlite3.Connection, item: Queued) -> Outcome:
+        """One item on ``conn``: a read, or a write in its own transaction; raises ``_LockHeld`` (with
+        nothing committed) when SQLite's write lock is held elsewhere."""
+        try:
+            if isinstance(item, PreparedWrite):
+                (outcome,) = self._transaction(conn, [item])
+                self._after_inline_commit()
+                return outcome
+            reads, _ = split([item])
+            results = [
+                (kind, conn.execute(sql, params).fetchall())
+                for kind, sql, params in read_statements(reads, self.dialect)
+            ]
+            return read_outcomes(reads, results, self.dialect)[0]
+        except Exception as exc:  # as on the thread: the item fails alone, with a LedgerError
+            with contextlib.suppress(sqlite3.Error):
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.OperationalError) and exc.sqlite_errorcode in LOCK_HELD:
+                raise _LockHeld from exc
+            if not isinstance(exc, sqlite3.Error):
+                log.exception("ledger: an inline item failed")
+            return LedgerError(
+                f"SQLite refused the {'write' if isinstance(item, PreparedWrite) else 'read'}: {exc}"
+            )
+
+    def _after_inline_commit(self) -> None:
+        """Ask for a checkpoint in a worker thread every ``inline_checkpoint_commits`` inline commits
+        (the inline connection makes none itself)."""
+        self._uncheckpointed += 1
+        if self._uncheckpointed < self._checkpoint_every:
+            return
+        if self._checkpoint is not None and not self._checkpoint.done():
+            return  # the last one still runs: ask again after the next commit
+        self._uncheckpointed = 0
+        assert self._checkpointer is not None  # made with the inline connection
+        self._checkpoint = self._checkpointer.submit(self._checkpoint_wal)
+
+    def _checkpoint_wal(self) -> None:
+        """``PRAGMA wal_checkpoint(PASSIVE)`` on a connection of its own: copies what no reader still
+        needs from the WAL into the database, waiting for no lock."""
+        try:
+            conn = connect(self._path, 0.0)
+            try:
+                conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                self.checkpoints += 1
+            finally:
+                conn.close()
+        except sqlite3.Error:
+            log.exception("ledger: a WAL checkpoint failed (the next one retries)")
 
     def _run(self) -> None:
         try:
@@ -89,7 +221,9 @@ class SqliteLedger(Ledger):
                 if first is None:
                     break
                 batch, stop = drain(first, self._queue.get_nowait, queue.Empty, self._max_batch)
-                _deliver(batch, self._serve([item for item, _, _ in batch]))
+                with self._serving:
+                    outcomes = self._serve([item for item, _, _ in batch])
+                _deliver(batch, outcomes)
         finally:
             self._conn.close()
 
@@ -112,7 +246,7 @@ class SqliteLedger(Ledger):
 
     def _commit(self, batch: Sequence[PreparedWrite]) -> list[Outcome]:
         try:
-            return list(self._transaction(batch))
+            return list(self._transaction(self._conn, batch))
         except sqlite3.Error as exc:
             self._rollback()
             if len(batch) == 1:
@@ -120,7 +254,7 @@ class SqliteLedger(Ledger):
         outcomes: list[Outcome] = []
         for write in batch:  # the batch failed: each write alone, so one bad write fails only itself
             try:
-                outcomes.extend(self._transaction([write]))
+                outcomes.extend(self._transaction(self._conn, [write]))
             except sqlite3.Error as exc:
                 self._rollback()
                 outcomes.append(LedgerError(f"SQLite refused the write: {exc}"))
@@ -130,8 +264,9 @@ class SqliteLedger(Ledger):
         if self._conn.in_transaction:
             self._conn.execute("ROLLBACK")
 
-    def _transaction(self, batch: Sequence[PreparedWrite]) -> list[list[int | None]]:
-        conn = self._conn
+    def _transaction(
+        self, conn: sqlite3.Connection, batch: Sequence[PreparedWrite]
+    ) -> list[list[int | None]]:
         conn.execute("BEGIN IMMEDIATE")
         decisions = [row for write in batch for row in write.decisions]
         if decisions:

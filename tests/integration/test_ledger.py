@@ -8,6 +8,7 @@ import asyncio
 import sqlite3
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 
 import asyncpg
@@ -19,7 +20,7 @@ from app.store.db import make_engine, make_ledger, make_sessionmaker
 from app.store.ledger import Ledger, LedgerClosed, LedgerError, LedgerWrite
 from app.store.models import Attempt, DecisionRow, FeedbackEvent, Router, RouterCounter, Tenant
 from app.store.sqlite_settings import sqlite_path
-from tests.conftest import PG_SERVER, Stack
+from tests.conftest import PG_SERVER, REDIS_URL, Stack
 
 pytestmark = pytest.mark.asyncio
 
@@ -81,17 +82,38 @@ class Place:
             return int(found or 0)
 
 
-@pytest.fixture
-async def place(stack: Stack) -> AsyncIterator[Place]:
+@pytest.fixture(params=["sqlite", "sqlite inline", "postgres"])
+def stack(request: pytest.FixtureRequest) -> Stack:
+    """conftest's stacks, and SQLite once more with the ledger's inline path on (``ledger_inline``)."""
+    if request.param == "postgres":
+        return Stack("postgres", request.getfixturevalue("pg_url"), REDIS_URL)
+    return Stack("sqlite", request.getfixturevalue("sqlite_url"), None)
+
+
+def inline(request: pytest.FixtureRequest) -> bool:
+    return bool(request.node.callspec.params.get("stack") == "sqlite inline")
+
+
+@asynccontextmanager
+async def placed(stack: Stack) -> AsyncIterator[Place]:
+    """A ``Place`` set up in ``stack``; its engine disposed of afterwards."""
     place = Place(stack)
     await place.setup()
-    yield place
-    await place.engine.dispose()
+    try:
+        yield place
+    finally:
+        await place.engine.dispose()
 
 
 @pytest.fixture
-async def ledger(place: Place) -> AsyncIterator[Ledger]:
-    ledger = make_ledger(place.stack.database_url, max_batch=128)
+async def place(stack: Stack) -> AsyncIterator[Place]:
+    async with placed(stack) as place:
+        yield place
+
+
+@pytest.fixture
+async def ledger(place: Place, request: pytest.FixtureRequest) -> AsyncIterator[Ledger]:
+    ledger = make_ledger(place.stack.database_url, max_batch=128, sqlite_inline=inline(request))
     yield ledger
     await ledger.close()
 
@@ -214,8 +236,10 @@ async def test_a_bad_write_fails_alone(place: Place, ledger: Ledger) -> None:
         assert len(stored.all()) == 5
 
 
-async def test_close_commits_what_is_queued_and_refuses_later_writes(place: Place) -> None:
-    ledger = make_ledger(place.stack.database_url, max_batch=4)
+async def test_close_commits_what_is_queued_and_refuses_later_writes(
+    place: Place, request: pytest.FixtureRequest
+) -> None:
+    ledger = make_ledger(place.stack.database_url, max_batch=4, sqlite_inline=inline(request))
     decisions = [place.decision() for _ in range(10)]
     writes = [asyncio.ensure_future(ledger.write(LedgerWrite(decision=d))) for d in decisions]
     await asyncio.sleep(0)
