@@ -48,6 +48,7 @@ from app.store.ledger import (
     Outcome,
     PreparedWrite,
     Queued,
+    Read,
     answered,
     drain,
     feedback_ids,
@@ -115,6 +116,7 @@ class SqliteLedger(Ledger):
         self._checkpoint_every = inline_checkpoint_commits
         self._uncheckpointed = 0  # inline commits since the last checkpoint was asked for
         self._checkpoint: concurrent.futures.Future[None] | None = None
+        self._checkpoint_conn: sqlite3.Connection | None = None  # the checkpoint thread's, made on first use
         self._checkpointer = (
             concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="banditgate-checkpoint")
             if inline
@@ -159,6 +161,8 @@ class SqliteLedger(Ledger):
         await asyncio.to_thread(self._thread.join)
         if self._checkpointer is not None:
             await asyncio.to_thread(self._checkpointer.shutdown)  # waits for a checkpoint under way
+        if self._checkpoint_conn is not None:
+            self._checkpoint_conn.close()
         if self._inline is not None:
             self._inline.close()
 
@@ -171,15 +175,10 @@ class SqliteLedger(Ledger):
                 self._after_inline_commit()
                 return outcome
             reads, _ = split([item])
-            results = [
-                (kind, conn.execute(sql, params).fetchall())
-                for kind, sql, params in read_statements(reads, self.dialect)
-            ]
-            return read_outcomes(reads, results, self.dialect)[0]
+            return self._read(conn, reads)[0]
         except Exception as exc:  # as on the thread: the item fails alone, with a LedgerError
             with contextlib.suppress(sqlite3.Error):
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
+                self._rollback(conn)
             if isinstance(exc, sqlite3.OperationalError) and exc.sqlite_errorcode in LOCK_HELD:
                 raise _LockHeld from exc
             if not isinstance(exc, sqlite3.Error):
@@ -204,12 +203,10 @@ class SqliteLedger(Ledger):
         """``PRAGMA wal_checkpoint(PASSIVE)`` on a connection of its own: copies what no reader still
         needs from the WAL into the database, waiting for no lock."""
         try:
-            conn = connect(self._path, 0.0)
-            try:
-                conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-                self.checkpoints += 1
-            finally:
-                conn.close()
+            if self._checkpoint_conn is None:
+                self._checkpoint_conn = connect(self._path, 0.0)
+            self._checkpoint_conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            self.checkpoints += 1
         except sqlite3.Error:
             log.exception("ledger: a WAL checkpoint failed (the next one retries)")
 
@@ -231,11 +228,7 @@ class SqliteLedger(Ledger):
         """The batch's reads (``read_statements``, before its writes), then its writes (one transaction)."""
         reads, writes = split(batch)
         try:
-            results = [
-                (kind, self._conn.execute(sql, params).fetchall())
-                for kind, sql, params in read_statements(reads, self.dialect)
-            ]
-            found = read_outcomes(reads, results, self.dialect)
+            found = self._read(self._conn, reads)
             committed = self._commit([write for _, write in writes]) if writes else []
         except Exception as exc:  # never leave a caller waiting: every item of the batch fails
             log.exception("ledger: a batch of %d items failed", len(batch))
@@ -260,9 +253,19 @@ class SqliteLedger(Ledger):
                 outcomes.append(LedgerError(f"SQLite refused the write: {exc}"))
         return outcomes
 
-    def _rollback(self) -> None:
-        if self._conn.in_transaction:
-            self._conn.execute("ROLLBACK")
+    def _read(self, conn: sqlite3.Connection, reads: Sequence[tuple[int, Read]]) -> dict[int, Outcome]:
+        """Each read's outcome by its position, one statement per kind (``read_statements``) on ``conn``."""
+        results = [
+            (kind, conn.execute(sql, params).fetchall())
+            for kind, sql, params in read_statements(reads, self.dialect)
+        ]
+        return read_outcomes(reads, results, self.dialect)
+
+    def _rollback(self, conn: sqlite3.Connection | None = None) -> None:
+        """Roll back ``conn``'s open transaction (the thread's connection's by default), if any."""
+        conn = conn if conn is not None else self._conn
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
 
     def _transaction(
         self, conn: sqlite3.Connection, batch: Sequence[PreparedWrite]
