@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sqlite3
 import subprocess
 import sys
@@ -30,6 +29,7 @@ from playwright.sync_api import Page, sync_playwright
 from app.api.dashboard import CONTENT_SECURITY_POLICY
 from app.store.migrate import upgrade
 from tests.conftest import ADMIN_KEY, admin_headers, bearer
+from tests.debian import installed
 from tests.querying_policy import NAME
 from tests.served import free_port
 
@@ -53,13 +53,8 @@ TOPICS = {
 
 @pytest.fixture(scope="session")
 def chromium() -> str:
-    """Debian's Chromium; installed with apt-get when absent (the test machines run as root)."""
-    if not Path(CHROMIUM).exists():
-        env = os.environ | {"DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
-        subprocess.run(["apt-get", "install", "-y", "-qq", "chromium"], check=True, env=env)
-    assert shutil.which(CHROMIUM), f"{CHROMIUM} is missing after apt-get install chromium"
-    return CHROMIUM
+    """Debian's Chromium; installed with apt-get when absent."""
+    return installed("chromium", CHROMIUM)
 
 
 @pytest.fixture

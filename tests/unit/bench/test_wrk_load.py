@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import shutil
-import subprocess
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -21,18 +18,13 @@ from bench.cli import main
 from bench.gateway_bench import System, feedback_system, wrk_bodies
 from bench.local_server import serving
 from bench.wrk_load import LoadError, lua_string, run_wrk, script
+from tests.debian import installed
 
 
 @pytest.fixture(scope="module")
 def wrk() -> str:
-    """Debian's wrk; installed with apt-get when absent (the test machines run as root)."""
-    if shutil.which("wrk") is None:
-        env = os.environ | {"DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
-        subprocess.run(["apt-get", "install", "-y", "-qq", "wrk"], check=True, env=env)
-    found = shutil.which("wrk")
-    assert found, "wrk is missing after apt-get install wrk"
-    return found
+    """Debian's wrk; installed with apt-get when absent."""
+    return installed("wrk", "wrk")
 
 
 def recorder(seen: list[dict[str, Any]], keys: list[str]) -> FastAPI:
