@@ -83,6 +83,20 @@ def timed(stages: Stages, name: str, method: Callable[..., Awaitable[Any]]) -> C
     return step
 
 
+def timed_sync(stages: Stages, name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+    """``timed`` for a function that is not a coroutine."""
+
+    @functools.wraps(function)
+    def part(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            stages[name].append((time.perf_counter() - start) * 1000)
+
+    return part
+
+
 async def one_run(
     database_url: str,
     policy: str,

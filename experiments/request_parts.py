@@ -22,34 +22,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import functools
 import os
 import statistics
 import tempfile
-import time
 from collections import defaultdict
-from collections.abc import Callable
-from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 import app.routing.decide as decide
 import app.store.ledger_sqlite as ledger_sqlite
-from experiments.forward_cpu import Stages, one_run, timed
-
-Timings = Stages
-
-
-def timed_sync(timings: Timings, name: str, function: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(function)
-    def part(*args: Any, **kwargs: Any) -> Any:
-        start = time.perf_counter()
-        try:
-            return function(*args, **kwargs)
-        finally:
-            timings[name].append((time.perf_counter() - start) * 1000)
-
-    return part
+from experiments.forward_cpu import Stages, one_run, timed, timed_sync
 
 
 def main() -> None:
@@ -61,7 +43,7 @@ def main() -> None:
     parser.add_argument("--thread-ledger", action="store_true", help="every ledger write through its thread")
     args = parser.parse_args()
 
-    timings: Timings = defaultdict(list)
+    timings: Stages = defaultdict(list)
     decide.decision_rng = timed_sync(timings, "decision_rng", decide.decision_rng)  # type: ignore[assignment]
     AsyncSession.close = timed(timings, "session close", AsyncSession.close)  # type: ignore[method-assign,assignment]
     ledger_sqlite.SqliteLedger._transaction = timed_sync(  # type: ignore[method-assign]
