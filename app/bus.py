@@ -5,9 +5,9 @@ each process. ``InProcessBus`` is the embedded default: publishing delivers to t
 the publishing process only (so the embedded default is one process). Both call one handler,
 ``handler(message)``, for every message, the process's own writes included.
 
-``publish`` returns once the message is sent; ``publish_soon`` returns once it is queued, for a message
-whose sender need not wait (the gateway's own cost events: they are committed already, and the answer
-waits for neither the send nor the fold). The Redis bus sends its queue from one publisher task, all
+``publish`` returns once the message is sent; ``publish_soon`` returns once it is queued: the request
+path's feedback events (committed already: a client's answer then waits for its fold, the gateway's own
+cost events for neither the send nor the fold). The Redis bus sends its queue from one publisher task, all
 that queued during the previous send in one pipelined round trip; ``close`` sends what is still queued.
 """
 
@@ -85,6 +85,7 @@ class RedisStreamBus:
         self._handler: Handler | None = None
         self._outbox: list[Message] = []
         self._publisher: asyncio.Task[None] | None = None
+        self.sends = 0  # the publisher's round trips (each one XADD, or a pipeline of them)
 
     async def _position_now(self) -> str:
         newest = await self.redis.xrevrange(self.stream, count=1)
@@ -147,6 +148,7 @@ class RedisStreamBus:
         their next resync or compaction."""
         while self._outbox:
             batch, self._outbox = self._outbox, []
+            self.sends += 1
             try:
                 if len(batch) == 1:
                     await self.publish(batch[0])

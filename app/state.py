@@ -136,7 +136,7 @@ class PolicyStates:
         self._runtimes: dict[int, RouterRuntime] = {}
         self._loading: dict[int, asyncio.Future[RouterRuntime]] = {}
         self._pending: dict[int, list[FeedbackMessage]] = {}
-        self._waiters: dict[int, asyncio.Event] = {}
+        self._waiters: dict[int, asyncio.Future[None]] = {}  # read-your-writes, by event id
 
     def loaded(self, router_id: int) -> RouterRuntime | None:
         return self._runtimes.get(router_id)
@@ -195,22 +195,29 @@ class PolicyStates:
         runtime = self._runtimes.get(message.router_id)
         if runtime is not None:
             self._apply(runtime, message)
-        waiter = self._waiters.pop(message.event_id, None)
-        if waiter is not None:
-            waiter.set()
+        self._wake(message.event_id)
 
     async def wait_folded(self, router_id: int, event_id: int, timeout: float) -> bool:
         """Read-your-writes: wait until this process has folded ``event_id`` (if it holds the router)."""
         runtime = self._runtimes.get(router_id)
         if runtime is None or event_id <= runtime.watermark or event_id in runtime.folded:
             return True
-        waiter = self._waiters.setdefault(event_id, asyncio.Event())
+        waiter = self._waiters.get(event_id)
+        if waiter is None or waiter.done():
+            waiter = self._waiters[event_id] = asyncio.get_running_loop().create_future()
         try:
-            await asyncio.wait_for(waiter.wait(), timeout)
+            # a bare future, not an Event: wait_for then needs no task of its own (Python 3.11)
+            await asyncio.wait_for(waiter, timeout)
             return True
         except TimeoutError:
             self._waiters.pop(event_id, None)
             return False
+
+    def _wake(self, event_id: int) -> None:
+        """Release the request waiting for ``event_id``'s fold, if one is."""
+        waiter = self._waiters.pop(event_id, None)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     async def resync(self) -> None:
         """Fold, from the database, every event a loaded runtime has missed (after a bus outage)."""
@@ -223,9 +230,7 @@ class PolicyStates:
                 missed = await events_after(session, router_id, runtime.watermark, skip=runtime.folded)
             for message in missed:
                 self._apply(runtime, message)
-                waiter = self._waiters.pop(message.event_id, None)
-                if waiter is not None:
-                    waiter.set()
+                self._wake(message.event_id)
 
     async def compact(self) -> int:
         """Bound every loaded runtime's ``folded`` set: move its watermark up to the newest periodic
@@ -246,9 +251,7 @@ class PolicyStates:
                 continue  # replaced while we read (router changed): the new runtime starts bounded
             for message in missed:
                 self._apply(runtime, message)
-                waiter = self._waiters.pop(message.event_id, None)
-                if waiter is not None:
-                    waiter.set()
+                self._wake(message.event_id)
             before = len(runtime.folded)
             advance_watermark(runtime, target, committed)
             forgotten += before - len(runtime.folded)

@@ -4,8 +4,6 @@ gateway's own (costs, cascade steps) wait for neither the send nor the fold."""
 
 from __future__ import annotations
 
-import logging
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,8 +18,6 @@ from app.routing.errors import Invalid, NotFound, TooLarge
 from app.schemas import FeedbackAccepted
 from app.store.ledger import LedgerWrite
 from app.store.models import DecisionRow, FeedbackEvent, Router, Tenant
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -202,22 +198,15 @@ async def existing_ids(
 
 
 async def publish_feedback(ctx: AppContext, messages: list[FeedbackMessage], wait: bool = True) -> None:
-    """Publish committed events. A failed publish loses nothing: the events are in the database and
-    replicas fold them on their next resync; this process folds them itself right away. With ``wait``,
-    return once this process folded them (at most ``read_your_writes_timeout_s``); without, once they
-    are queued for the bus's publisher (``EventBus.publish_soon``: the gateway's own events, whose
-    answer waits for neither the send nor the fold)."""
-    waits: dict[int, list[int]] = defaultdict(list)
+    """Queue committed events for the bus's publisher (``EventBus.publish_soon``: what queues while it
+    sends goes in its next send, one pipelined round trip under load). A failed send loses nothing: the
+    events are in the database, this process folds them itself at once and replicas at their next
+    resync. With ``wait`` (clients' events), return once this process folded them (at most
+    ``read_your_writes_timeout_s``); without (the gateway's own), at once."""
     for message in messages:
-        try:
-            await (ctx.bus.publish(message) if wait else ctx.bus.publish_soon(message))
-        except Exception as exc:
-            log.warning("publishing event %s failed (%s); folding locally", message.event_id, exc)
-            await ctx.states.handle(message)
-        waits[message.router_id].append(message.event_id)
+        await ctx.bus.publish_soon(message)
     timeout = ctx.settings.read_your_writes_timeout_s
     if timeout <= 0 or not wait:
         return
-    for router_id, event_ids in waits.items():
-        for event_id in event_ids:
-            await ctx.states.wait_folded(router_id, event_id, timeout)
+    for message in messages:
+        await ctx.states.wait_folded(message.router_id, message.event_id, timeout)
