@@ -42,6 +42,11 @@ database, no callbacks, no access log and its bundled model cost map (``LITELLM_
 it reads nothing from the network), forwarding ``model: router`` to the upstream as an OpenAI model. It
 runs under its own uvicorn and HTTP parser; its ratios are against the bare proxy on the first ``--http``.
 
+Every gateway runs with its input limits and rate limiter on; only the per-key rate is set out of the
+way (``GATEWAY_ENV``: ``BANDITGATE_RATE_LIMIT_RPS`` and ``_BURST`` at their maximum), so each request
+still pays the limiter's admission while a throughput run is not refused: the default, 1,000 requests
+per second per key, binds on ``/route`` (one round here was refused 1,470 times).
+
 Reported: medians over rounds, and ratios against the bare proxy. Prompts are ``--prompts`` fixed
 texts, embedded once in the warm-up, so kNN routing runs on cached embeddings. The table names the
 durability settings in force (they are never changed here): Postgres ``fsync`` and ``synchronous_commit``
@@ -86,6 +91,8 @@ from bench.wrk_load import run_wrk, wrk_executable
 T = TypeVar("T")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 ADMIN_KEY = "bench-gateway-admin-key"
+# The per-key rate limit at its largest value (app/settings.py's RATE_LIMIT_MAX): admitted, never refused.
+GATEWAY_ENV = {"BANDITGATE_RATE_LIMIT_RPS": "1000000", "BANDITGATE_RATE_LIMIT_BURST": "1000000"}
 SQLITE_SETTINGS = "journal_mode=WAL, synchronous=NORMAL (app/store/db.py)"
 
 
@@ -624,6 +631,7 @@ def start_for_parser(
             "BANDITGATE_EMBEDDER": args.embedder,
             "BANDITGATE_LOG_LEVEL": "WARNING",
             "BANDITGATE_HTTP_PARSER": http,
+            **GATEWAY_ENV,
         }
         if kind == "sqlite":
             env |= {"BANDITGATE_DATABASE_URL": f"sqlite+aiosqlite:///{tmp / (uuid.uuid4().hex + '.db')}"}
