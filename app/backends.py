@@ -213,9 +213,10 @@ class BackendClient:
             start = time.perf_counter()
             status: int | None = None
             try:
-                response, payload = await asyncio.wait_for(
-                    self._one(target, path, body, stream), target.timeout_s
-                )
+                # a deadline on the whole attempt (httpx's timeouts bound each read, not the total);
+                # asyncio.timeout, unlike wait_for on Python 3.11, runs it without a task of its own
+                async with asyncio.timeout(target.timeout_s):
+                    response, payload = await self._one(target, path, body, stream)
                 status = response.status_code
             except TimeoutError:
                 failure = BackendFailure(target.name, "timeout", f"timed out after {target.timeout_s:g} s")
