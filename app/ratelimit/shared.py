@@ -13,6 +13,10 @@ never sees its own released slot as held), or, when no admission comes first, in
 sent ``release_delay_s`` after the release. Other processes see a released slot as held for at most that
 delay (plus a round trip) longer.
 
+A lone admission is one EVALSHA sent by its own request. Admissions made while one is out are queued for
+one sender task per process, which sends all that queued in one pipelined round trip (each script still
+atomic on its own), so concurrent requests share it as the bus's publisher shares an XADD (app/bus.py).
+
 When Redis cannot be reached the limiter admits (it fails open, with one warning per outage): the rate
 limits protect capacity, and refusing every request while Redis is down would be the outage they guard
 against.
@@ -24,6 +28,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -118,6 +123,10 @@ class RedisLimiter:
         self._unsent: dict[str, list[str]] = {}  # key -> ids of slots released here, not yet sent
         self._timer: asyncio.TimerHandle | None = None
         self._flush: asyncio.Task[None] | None = None
+        self._calls: list[tuple[list[str], list[str | int], asyncio.Future[list[int]]]] = []
+        self._sender: asyncio.Task[None] | None = None
+        self._direct_out = False  # a lone request's own call is out
+        self.sends = 0  # the scripts' round trips (each one call, or a pipeline of them)
 
     async def _run(
         self,
@@ -138,7 +147,7 @@ class RedisLimiter:
         if released:
             args += released
         try:
-            result = await self._script(keys=keys, args=args)
+            result = await self._call(keys, args)
         except RedisError as exc:
             if not self._down:
                 log.warning("rate limiter: Redis unreachable, admitting without limits: %s", exc)
@@ -148,6 +157,66 @@ class RedisLimiter:
             log.warning("rate limiter: Redis reachable again")
             self._down = False
         return [int(x) for x in result]
+
+    async def _call(self, keys: list[str], args: list[str | int]) -> list[int]:
+        """The script's answer for (keys, args). With nothing else out, this request sends it itself
+        (no task hop for a lone request); otherwise it is queued for the sender task, which sends every
+        call queued beside it in one pipelined round trip (no MULTI: each script is atomic on its own,
+        in queue order), so concurrent requests share it."""
+        if not self._direct_out and not self._calls and (self._sender is None or self._sender.done()):
+            self._direct_out = True
+            self.sends += 1
+            try:
+                result: list[int] = await self._script(keys=keys, args=args)
+                return result
+            finally:
+                self._direct_out = False
+        future: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
+        self._calls.append((keys, args, future))
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.create_task(self._send_calls(), name="rate-limiter-sender")
+        return await future
+
+    async def _send_calls(self) -> None:
+        """Send the queued calls until none is left. A round trip that fails fails each of its calls
+        with the error (the caller admits: fail open). A pipelined call that Redis answers with an
+        error (its script not loaded, after Redis restarted) is sent again alone, which loads the script;
+        if that fails too, only that call fails."""
+        while self._calls:
+            batch, self._calls = self._calls, []
+            self.sends += 1
+            try:
+                outcomes = await self._send(batch)
+            except asyncio.CancelledError:
+                for _, _, future in batch:
+                    future.cancel()
+                raise
+            except Exception as exc:
+                outcomes = [exc] * len(batch)
+            for (_, _, future), outcome in zip(batch, outcomes, strict=True):
+                if future.done():  # its request was cancelled
+                    continue
+                if isinstance(outcome, Exception):
+                    future.set_exception(outcome)
+                else:
+                    future.set_result(outcome)
+
+    async def _send(self, batch: list[tuple[list[str], list[str | int], Any]]) -> list[Any]:
+        """One round trip for ``batch``: each call's answer, or the error Redis gave it."""
+        if len(batch) == 1:
+            keys, args, _ = batch[0]
+            return [await self._script(keys=keys, args=args)]
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for keys, args, _ in batch:
+                pipe.evalsha(self._script.sha, len(keys), *keys, *args)
+            outcomes: list[Any] = await pipe.execute(raise_on_error=False)
+        for i, (keys, args, _) in enumerate(batch):
+            if isinstance(outcomes[i], Exception):
+                try:
+                    outcomes[i] = await self._script(keys=keys, args=args)
+                except Exception as exc:
+                    outcomes[i] = exc
+        return outcomes
 
     def _key(self, kind: str, name: str) -> str:
         return f"{self._prefix}:{kind}:{name}"
@@ -217,8 +286,10 @@ class RedisLimiter:
                 self._schedule()
 
     async def close(self) -> None:
-        """Send the releases still queued (at shutdown: else they would hold their slots until their
-        lease ends)."""
+        """Answer the admissions under way, then send the releases still queued (at shutdown: else they
+        would hold their slots until their lease ends)."""
+        if self._sender is not None:
+            await asyncio.wait({self._sender})
         while True:
             if self._timer is not None:
                 self._timer.cancel()

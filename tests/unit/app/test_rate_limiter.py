@@ -238,3 +238,68 @@ async def test_in_process_the_least_recently_failing_address_is_forgotten_first(
     await limiter.check_address("b")  # no longer locked out
     await refusal(limiter.check_address("a"))
     await limiter.check_address("c")  # one failure of three
+
+
+@pytest.fixture
+async def redis_limiter() -> AsyncIterator[tuple[RedisLimiter, Redis, str, Clock]]:
+    """A Redis limiter on a fresh prefix with an injected clock; its keys are deleted afterwards."""
+    redis = Redis.from_url(REDIS_URL)
+    prefix = unique("bg:test-ratelimit")
+    clock = Clock()
+    limiter = RedisLimiter(redis, prefix, AUTH, slot_lease_s=60.0, release_delay_s=60.0, clock=clock)
+    try:
+        yield limiter, redis, prefix, clock
+    finally:
+        await limiter.close()
+        keys = [k async for k in redis.scan_iter(f"{prefix}:*")]
+        if keys:
+            await redis.delete(*keys)
+        await redis.aclose()
+
+
+async def outcomes(limiter: RedisLimiter, limits: KeyLimits, n: int) -> list[RateLimited | None]:
+    """``n`` admissions of key "k" made at once: None for each admitted, the refusal otherwise."""
+
+    async def one() -> RateLimited | None:
+        try:
+            await limiter.admit("k", limits)
+        except RateLimited as refused:
+            return refused
+        return None
+
+    return await asyncio.gather(*(one() for _ in range(n)))
+
+
+async def test_concurrent_redis_admissions_share_round_trips_and_keep_the_limits(
+    redis_limiter: tuple[RedisLimiter, Redis, str, Clock],
+) -> None:
+    """Admissions waiting at once leave in one pipelined round trip; each script still runs alone, so
+    exactly the slots and tokens there are get admitted."""
+    limiter, redis, prefix, _ = redis_limiter
+    results = await outcomes(limiter, KeyLimits(rate=1000.0, burst=1000, concurrency=10), 24)
+    assert results.count(None) == 10
+    assert all(r is not None and "in flight" in str(r) for r in results if r is not None)
+    assert await slots_in_redis(redis, prefix, "k") == 10
+    assert 1 <= limiter.sends < 24
+
+    await redis.delete(f"{prefix}:slots:k", f"{prefix}:bucket:k")
+    sends = limiter.sends
+    results = await outcomes(limiter, KeyLimits(rate=2.0, burst=5, concurrency=100), 12)
+    assert results.count(None) == 5  # the clock stands still: the burst and not one token more
+    waits = sorted(r.retry_after_s for r in results if r is not None)
+    assert waits == pytest.approx([0.5] * 7, abs=1e-6)  # (1 - 0) / 2 each
+    assert limiter.sends - sends < 12
+
+
+async def test_a_pipelined_admission_whose_script_is_not_loaded_is_sent_again_alone(
+    redis_limiter: tuple[RedisLimiter, Redis, str, Clock],
+) -> None:
+    """As after a restart of Redis: the pipeline's EVALSHAs fail with NOSCRIPT, and each is sent again
+    alone, which loads the script; every admission is answered as if nothing had happened."""
+    limiter, redis, prefix, _ = redis_limiter
+    limiter._script.sha = "0" * 40  # a script Redis does not hold
+    results = await outcomes(limiter, KeyLimits(rate=1000.0, burst=1000, concurrency=6), 8)
+    assert results.count(None) == 6
+    assert await slots_in_redis(redis, prefix, "k") == 6
+    assert limiter.sends < 8  # so some went pipelined, and were refused NOSCRIPT there
+    assert limiter._script.sha != "0" * 40  # loaded by the first call sent alone
