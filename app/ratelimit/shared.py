@@ -31,7 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 
 from app.ratelimit.limits import AuthFailureLimits, KeyLimits, Slot
 
@@ -179,17 +179,18 @@ class RedisLimiter:
 
     async def _send_calls(self) -> None:
         """Send the queued calls until none is left. A round trip that fails fails each of its calls
-        with the error (the caller admits: fail open). A pipelined call that Redis answers with an
-        error (its script not loaded, after Redis restarted) is sent again alone, which loads the script;
-        if that fails too, only that call fails."""
+        with the error (the caller admits: fail open). A pipelined call that Redis refuses with
+        NOSCRIPT (its script not loaded, after Redis restarted) is sent again alone, which loads the
+        script; if that fails too, only that call fails."""
         while self._calls:
             batch, self._calls = self._calls, []
             self.sends += 1
             try:
                 outcomes = await self._send(batch)
-            except asyncio.CancelledError:
-                for _, _, future in batch:
+            except asyncio.CancelledError:  # the loop is shutting down: no call is left waiting
+                for _, _, future in [*batch, *self._calls]:
                     future.cancel()
+                self._calls = []
                 raise
             except Exception as exc:
                 outcomes = [exc] * len(batch)
@@ -202,7 +203,8 @@ class RedisLimiter:
                     future.set_result(outcome)
 
     async def _send(self, batch: list[tuple[list[str], list[str | int], Any]]) -> list[Any]:
-        """One round trip for ``batch``: each call's answer, or the error Redis gave it."""
+        """One round trip for ``batch`` (and one more per call refused NOSCRIPT): each call's answer, or
+        the error Redis gave it."""
         if len(batch) == 1:
             keys, args, _ = batch[0]
             return [await self._script(keys=keys, args=args)]
@@ -211,7 +213,7 @@ class RedisLimiter:
                 pipe.evalsha(self._script.sha, len(keys), *keys, *args)
             outcomes: list[Any] = await pipe.execute(raise_on_error=False)
         for i, (keys, args, _) in enumerate(batch):
-            if isinstance(outcomes[i], Exception):
+            if isinstance(outcomes[i], NoScriptError):  # no other error is retried: it ran once
                 try:
                     outcomes[i] = await self._script(keys=keys, args=args)
                 except Exception as exc:
