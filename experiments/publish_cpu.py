@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
-import time
 from collections.abc import Awaitable, Callable
 
 import numpy as np
@@ -25,6 +23,7 @@ from redis.asyncio import Redis
 
 from app.bus import RedisStreamBus
 from app.events import FeedbackMessage, Message
+from experiments.alternating_cpu import alternate, arguments, cpu_us_per_op, report
 
 STREAM = "experiments:publish-cpu"
 
@@ -37,11 +36,9 @@ async def sender(
         await asyncio.sleep(gap_s)
 
 
-async def measure(
-    redis_url: str, concurrency: int, messages: int, gap_s: float, rounds: int
-) -> dict[str, float]:
+async def measure(args: argparse.Namespace) -> dict[str, float]:
     """Median CPU microseconds per message, each way."""
-    redis = Redis.from_url(redis_url, socket_timeout=5.0)
+    redis = Redis.from_url(args.redis_url, socket_timeout=5.0)
     bus = RedisStreamBus(redis, STREAM, maxlen=10_000, block_ms=1000)
     message = FeedbackMessage(
         event_id=1,
@@ -58,35 +55,28 @@ async def measure(
         "publish (awaited)": bus.publish,
         "publish_soon (queued)": bus.publish_soon,
     }
-    figures: dict[str, list[float]] = {name: [] for name in ways}
+
+    async def one_round(name: str) -> float:
+        async def work() -> None:
+            senders = (
+                sender(ways[name], message, args.operations, args.gap_ms / 1000)
+                for _ in range(args.concurrency)
+            )
+            await asyncio.gather(*senders)
+            await bus.close()  # sends what is queued
+
+        return await cpu_us_per_op(work(), args.operations * args.concurrency)
+
     try:
-        for _ in range(rounds):
-            for name, publish in ways.items():
-                start = time.process_time()
-                await asyncio.gather(*(sender(publish, message, messages, gap_s) for _ in range(concurrency)))
-                await bus.close()  # sends what is queued
-                figures[name].append((time.process_time() - start) / (messages * concurrency) * 1e6)
+        return await alternate(list(ways), one_round, args.rounds)
     finally:
         await redis.delete(STREAM)
         await redis.aclose()
-    return {name: statistics.median(values) for name, values in figures.items()}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/5")
-    parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--messages", type=int, default=200, help="per sender per round")
-    parser.add_argument("--gap-ms", type=float, default=0.0)
-    parser.add_argument("--rounds", type=int, default=6)
-    args = parser.parse_args()
-    figures = asyncio.run(
-        measure(args.redis_url, args.concurrency, args.messages, args.gap_ms / 1000, args.rounds)
-    )
-    for name, micros in figures.items():
-        print(f"{name}: {micros:.1f} us of CPU per message (median of {args.rounds} rounds)")
+    args = arguments(__doc__ or "", "messages", "per sender per round")
+    report(asyncio.run(measure(args)), "message", args.rounds)
 
 
 if __name__ == "__main__":
