@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable
+from contextlib import asynccontextmanager
 
 import pytest
 from redis.asyncio import Redis
@@ -27,23 +28,35 @@ class Clock:
         return self.now
 
 
-@pytest.fixture(params=["in-process", "redis"])
-async def limiter_and_clock(request: pytest.FixtureRequest) -> AsyncIterator[tuple[RateLimiter, Clock]]:
-    clock = Clock()
-    if request.param == "in-process":
-        yield InProcessLimiter(AUTH, clock=clock), clock
-        return
+@asynccontextmanager
+async def redis_limiter_on(
+    clock: Clock, release_delay_s: float
+) -> AsyncIterator[tuple[RedisLimiter, Redis, str]]:
+    """A Redis limiter on a fresh key prefix, its client and the prefix; closed, and its keys deleted,
+    afterwards."""
     redis = Redis.from_url(REDIS_URL)
     prefix = unique("bg:test-ratelimit")
-    limiter = RedisLimiter(redis, prefix, AUTH, slot_lease_s=60.0, release_delay_s=0.0, clock=clock)
+    limiter = RedisLimiter(
+        redis, prefix, AUTH, slot_lease_s=60.0, release_delay_s=release_delay_s, clock=clock
+    )
     try:
-        yield limiter, clock
+        yield limiter, redis, prefix
     finally:
         await limiter.close()
         keys = [k async for k in redis.scan_iter(f"{prefix}:*")]
         if keys:
             await redis.delete(*keys)
         await redis.aclose()
+
+
+@pytest.fixture(params=["in-process", "redis"])
+async def limiter_and_clock(request: pytest.FixtureRequest) -> AsyncIterator[tuple[RateLimiter, Clock]]:
+    clock = Clock()
+    if request.param == "in-process":
+        yield InProcessLimiter(AUTH, clock=clock), clock
+        return
+    async with redis_limiter_on(clock, release_delay_s=0.0) as (limiter, _, _):
+        yield limiter, clock
 
 
 async def refusal(pending: Awaitable[object]) -> RateLimited:
@@ -242,19 +255,10 @@ async def test_in_process_the_least_recently_failing_address_is_forgotten_first(
 
 @pytest.fixture
 async def redis_limiter() -> AsyncIterator[tuple[RedisLimiter, Redis, str, Clock]]:
-    """A Redis limiter on a fresh prefix with an injected clock; its keys are deleted afterwards."""
-    redis = Redis.from_url(REDIS_URL)
-    prefix = unique("bg:test-ratelimit")
+    """A Redis limiter with an injected clock that stands still, and a release delay no test reaches."""
     clock = Clock()
-    limiter = RedisLimiter(redis, prefix, AUTH, slot_lease_s=60.0, release_delay_s=60.0, clock=clock)
-    try:
+    async with redis_limiter_on(clock, release_delay_s=60.0) as (limiter, redis, prefix):
         yield limiter, redis, prefix, clock
-    finally:
-        await limiter.close()
-        keys = [k async for k in redis.scan_iter(f"{prefix}:*")]
-        if keys:
-            await redis.delete(*keys)
-        await redis.aclose()
 
 
 async def outcomes(limiter: RedisLimiter, limits: KeyLimits, n: int) -> list[RateLimited | None]:
