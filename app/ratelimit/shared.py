@@ -96,6 +96,7 @@ return {1, 0}
 """
 
 ADMITTED, REFUSED_RATE, REFUSED_SLOT, REFUSED_ADDRESS = 1, 0, -1, -2
+Call = tuple[list[str], list[str | int], "asyncio.Future[list[int]]"]  # a script's keys, args, answer
 
 
 class RedisLimiter:
@@ -123,7 +124,7 @@ class RedisLimiter:
         self._unsent: dict[str, list[str]] = {}  # key -> ids of slots released here, not yet sent
         self._timer: asyncio.TimerHandle | None = None
         self._flush: asyncio.Task[None] | None = None
-        self._calls: list[tuple[list[str], list[str | int], asyncio.Future[list[int]]]] = []
+        self._calls: list[Call] = []
         self._sender: asyncio.Task[None] | None = None
         self._direct_out = False  # a lone request's own call is out
         self.sends = 0  # the scripts' round trips (each one call, or a pipeline of them)
@@ -202,7 +203,7 @@ class RedisLimiter:
                 else:
                     future.set_result(outcome)
 
-    async def _send(self, batch: list[tuple[list[str], list[str | int], Any]]) -> list[Any]:
+    async def _send(self, batch: list[Call]) -> list[Any]:
         """One round trip for ``batch`` (and one more per call refused NOSCRIPT): each call's answer, or
         the error Redis gave it."""
         if len(batch) == 1:

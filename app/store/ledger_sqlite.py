@@ -233,7 +233,7 @@ class SqliteLedger(Ledger):
         except Exception as exc:  # never leave a caller waiting: every item of the batch fails
             log.exception("ledger: a batch of %d items failed", len(batch))
             with contextlib.suppress(sqlite3.Error):
-                self._rollback()
+                self._rollback(self._conn)
             return [LedgerError(f"the ledger failed: {exc}") for _ in batch]
         return answered(len(batch), found, writes, committed)
 
@@ -241,7 +241,7 @@ class SqliteLedger(Ledger):
         try:
             return list(self._transaction(self._conn, batch))
         except sqlite3.Error as exc:
-            self._rollback()
+            self._rollback(self._conn)
             if len(batch) == 1:
                 return [LedgerError(f"SQLite refused the write: {exc}")]
         outcomes: list[Outcome] = []
@@ -249,7 +249,7 @@ class SqliteLedger(Ledger):
             try:
                 outcomes.extend(self._transaction(self._conn, [write]))
             except sqlite3.Error as exc:
-                self._rollback()
+                self._rollback(self._conn)
                 outcomes.append(LedgerError(f"SQLite refused the write: {exc}"))
         return outcomes
 
@@ -261,9 +261,9 @@ class SqliteLedger(Ledger):
         ]
         return read_outcomes(reads, results, self.dialect)
 
-    def _rollback(self, conn: sqlite3.Connection | None = None) -> None:
-        """Roll back ``conn``'s open transaction (the thread's connection's by default), if any."""
-        conn = conn if conn is not None else self._conn
+    @staticmethod
+    def _rollback(conn: sqlite3.Connection) -> None:
+        """Roll back ``conn``'s open transaction, if any."""
         if conn.in_transaction:
             conn.execute("ROLLBACK")
 
