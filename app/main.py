@@ -51,7 +51,7 @@ from app.ratelimit.shared import RedisLimiter
 from app.routing.round_counts import RoundCounts
 from app.settings import Settings
 from app.state import PolicyStates
-from app.store.db import make_engine, make_ledger, make_sessionmaker
+from app.store.db import is_sqlite, make_engine, make_ledger, make_sessionmaker
 from embeddings.registry import load_embedder
 from routers.neighbors import set_search_threads
 
@@ -166,11 +166,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if not settings.log_upstream_requests:
         logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
 
-    in_flight = RequestsInFlight()
+    # only the SQLite ledger's inline path asks how many requests are in flight: elsewhere nothing counts
+    in_flight = RequestsInFlight() if settings.ledger_inline and is_sqlite(settings.database_url) else None
+    busy = in_flight.more_than_one if in_flight is not None else None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        app.state.ctx = await open_context(settings, in_flight.more_than_one)
+        app.state.ctx = await open_context(settings, busy)
         if settings.gc_freeze:
             gc.freeze()  # what started up lives as long as the process: no collection need walk it
         try:
@@ -212,7 +214,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(RequestLimits, limits=HttpLimits.of(settings), json_limits=JsonLimits.of(settings))
     if settings.metrics_enabled:  # outside RequestLimits: its 413/431/408 answers are counted too
         app.add_middleware(RequestMetrics)
-    app.add_middleware(CountInFlight, in_flight=in_flight)
+    if in_flight is not None:
+        app.add_middleware(CountInFlight, in_flight=in_flight)
     errors.install(app)  # adds the last-resort 500 outside every other middleware
     contract.install(app)
     return app

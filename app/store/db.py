@@ -25,14 +25,19 @@ from app.store.sqlite_settings import BUSY_TIMEOUT_S, apply_pragmas, sqlite_path
 DEFAULT_RECYCLE_S = 300.0
 
 
+def is_sqlite(url: str) -> bool:
+    """Whether ``url`` names the embedded SQLite database (else Postgres)."""
+    return url.startswith("sqlite")
+
+
 def make_engine(url: str, pool_recycle_s: float = DEFAULT_RECYCLE_S) -> AsyncEngine:
     kwargs: dict[str, Any]
-    if url.startswith("sqlite"):
+    if is_sqlite(url):
         kwargs = {"connect_args": {"timeout": BUSY_TIMEOUT_S}}
     else:
         kwargs = {"pool_size": 10, "max_overflow": 20, "pool_recycle": pool_recycle_s}
     engine = create_async_engine(url, **kwargs)
-    if url.startswith("sqlite"):
+    if is_sqlite(url):
 
         @event.listens_for(engine.sync_engine, "connect")
         def _sqlite_pragmas(dbapi_conn: Any, _: Any) -> None:
@@ -106,7 +111,7 @@ def make_ledger(
     """The request path's group-committed writer (app/store/ledger.py) for the engine's database;
     on SQLite, ``sqlite_inline`` serves an item that finds the writer idle on the event loop, unless
     ``busy()`` says the process serves other requests too (app/store/ledger_sqlite.py)."""
-    if url.startswith("sqlite"):
+    if is_sqlite(url):
         return SqliteLedger(
             sqlite_path(url),
             max_batch,

@@ -10,6 +10,8 @@ import pytest
 from fastapi import FastAPI
 
 from app.api.in_flight import CountInFlight, RequestsInFlight
+from app.main import create_app
+from app.settings import Settings
 
 pytestmark = pytest.mark.asyncio
 
@@ -45,3 +47,19 @@ async def test_the_count_follows_the_requests_in_flight_and_falls_after_a_failur
         assert (await client.get("/fail")).status_code == 500
         assert seen[2] == 1  # itself only
         assert in_flight.count == 0
+
+
+@pytest.mark.parametrize(
+    ("database_url", "ledger_inline", "counted"),
+    [
+        ("sqlite+aiosqlite:///unused.db", True, True),
+        ("sqlite+aiosqlite:///unused.db", False, False),
+        ("postgresql+asyncpg://postgres@127.0.0.1:5432/unused", True, False),
+    ],
+)
+async def test_only_an_app_whose_sqlite_ledger_goes_inline_counts_requests(
+    database_url: str, ledger_inline: bool, counted: bool
+) -> None:
+    """The count is the inline path's gate and nothing else's: no other app pays for it per request."""
+    app = create_app(Settings(database_url=database_url, ledger_inline=ledger_inline, embedder="hashing"))
+    assert any(m.cls is CountInFlight for m in app.user_middleware) is counted
