@@ -14,6 +14,7 @@ from app.routing.costs import answer_cost, attempt_rows, save_attempts
 from app.routing.fallback import gave_up, load_target
 from app.routing.feedback import Outcome, resolve_feedback, store_feedback
 from app.schemas import RouteRequest, RouteResponse
+from app.store.db import commit_if_used
 from app.store.ledger import LedgerWrite
 from app.store.models import Tenant
 
@@ -37,7 +38,7 @@ async def forward_ensemble(
             targets.append(await load_target(ctx, model, path, attempts))
         except BackendFailure as exc:
             failures.append(exc)
-    await session.commit()  # end the read transaction: no pooled connection held during the calls
+    await commit_if_used(session)  # end the read transaction: no pooled connection held during the calls
     per_member: list[list[AttemptRecord]] = [[] for _ in targets]
     results = await asyncio.gather(
         *(ctx.backends.call_json(t, path, body, a) for t, a in zip(targets, per_member, strict=True)),

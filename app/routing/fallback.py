@@ -19,6 +19,7 @@ from app.routing.costs import save_attempts
 from app.routing.decide import DIRECT, PendingDecision
 from app.routing.errors import BackendsFailed, Declined
 from app.schemas import RouteRequest, RouteResponse
+from app.store.db import commit_if_used
 from app.store.models import DecisionRow
 
 log = logging.getLogger(__name__)
@@ -88,7 +89,9 @@ async def call_with_fallback(
         tried.append(model)
         try:
             target = await load_target(ctx, model, path, attempts)
-            await session.commit()  # end the read transaction: no pooled connection held during the call
+            await commit_if_used(
+                session
+            )  # end the read transaction: no pooled connection held during the call
             if stream:
                 return target, await ctx.backends.open_stream(target, path, body, attempts)
             return target, await ctx.backends.call_json(target, path, body, attempts)

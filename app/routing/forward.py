@@ -23,6 +23,7 @@ from app.routing.fallback import call_with_fallback
 from app.routing.judge import judged_cascade
 from app.routing.kinds import check_serves
 from app.schemas import RouteRequest
+from app.store.db import commit_if_used
 from app.store.models import Tenant
 
 
@@ -48,7 +49,7 @@ async def forward_json(
             await log_decision(ctx, session, tenant, pending)
             pending = None
         else:  # an exact policy's counter alone, or the read of it: nothing held during the call
-            await session.commit()
+            await commit_if_used(session)
     attempts: list[AttemptRecord] = []
     if route.mode == "set" and len(route.models) > 1:
         return await forward_ensemble(ctx, session, tenant, request, route, body, path)

@@ -65,6 +65,18 @@ async def close_if_used(session: AsyncSession) -> bool:
     return True
 
 
+async def commit_if_used(session: AsyncSession) -> bool:
+    """Commit ``session`` unless it never began a transaction and holds no change: the request path
+    ends its read transaction before a backend call (no pooled connection held during it), and on a
+    session it never used that commit is a transaction begun and ended for nothing, about 0.03 ms of
+    CPU (issue 13). Returns whether it committed."""
+    sync = session.sync_session
+    if not session.in_transaction() and not sync.new and not sync.deleted and not sync.dirty:
+        return False
+    await session.commit()
+    return True
+
+
 class RetryingSession(AsyncSession):
     """An ``AsyncSession`` whose first statement of a transaction is retried once on a fresh connection
     when the pooled one turns out to be dropped. Later statements are not retried: the transaction they
