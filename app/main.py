@@ -28,6 +28,7 @@ from app.api.admin_stats import router as admin_stats_router
 from app.api.dashboard import mount_dashboard
 from app.api.http_limits import HttpLimits, RequestLimits
 from app.api.in_flight import CountInFlight, RequestsInFlight
+from app.api.lean import lean_routes
 from app.api.metrics import RequestMetrics
 from app.api.metrics import router as metrics_router
 from app.backends import BackendClient
@@ -200,6 +201,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         admin_policies,
     ):
         app.include_router(module.router)
+    if settings.lean_routes:  # tried first: the same operations, bound without dependency solving
+        hot = (openai.chat_completions, route.route, feedback.feedback)
+        app.router.routes[0:0] = lean_routes(
+            [r for m in (openai, route, feedback) for r in m.router.routes], hot
+        )
     if settings.replay_dataset:
         from app.replay_backends import load_dataset, replay_app
 
