@@ -202,7 +202,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     ):
         app.include_router(module.router)
     if settings.lean_routes:  # tried first: the same operations, bound without dependency solving
-        hot = (openai.chat_completions, route.route, feedback.feedback)
+        hot = (
+            openai.chat_completions,
+            openai.image_generations,
+            route.route,
+            feedback.feedback,
+            feedback.feedback_batch,
+        )
         app.router.routes[0:0] = lean_routes(
             [r for m in (openai, route, feedback) for r in m.router.routes], hot
         )

@@ -34,6 +34,7 @@ from typing import Any
 
 import httpx
 
+from app.backends import CookielessClient
 from app.main import create_app
 from app.settings import Settings
 from app.store.migrate import upgrade
@@ -120,7 +121,8 @@ async def one_run(
     admin = {"Authorization": f"Bearer {ADMIN}"}
     async with app.router.lifespan_context(app):
         ctx = app.state.ctx
-        ctx.backends.http = httpx.AsyncClient(transport=httpx.MockTransport(upstream))
+        # the app's own client class (no cookie jar), on a transport that answers in process
+        ctx.backends.http = CookielessClient(transport=httpx.MockTransport(upstream))
         if stages is not None:
             for owner_name, method in STAGES:
                 owner = getattr(ctx, owner_name)

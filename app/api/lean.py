@@ -1,5 +1,6 @@
-"""Lean routes: the request path's endpoints (``POST /v1/chat/completions``, ``/route``,
-``/feedback``) bound to their parameters without FastAPI's per-request dependency solving.
+"""Lean routes: the request path's endpoints (``POST /v1/chat/completions``,
+``/v1/images/generations``, ``/route``, ``/feedback``, ``/feedback/batch``) bound to their parameters
+without FastAPI's per-request dependency solving.
 
 FastAPI still declares these operations: their OpenAPI entries, body and response models come from the
 ``APIRoute`` as written. A lean route is a Starlette ``Route`` for the same path and method, tried
