@@ -9,10 +9,12 @@ from typing import Any
 
 import httpx
 import pytest
-from fastapi import APIRouter
+from fastapi import APIRouter, HTTPException, status
 
+from app.api.deps import current_tenant
 from app.api.lean import LeanEndpoint, Unbindable, lean_routes
 from app.main import create_app
+from app.store.models import Tenant
 from tests.conftest import Stack, admin_headers, bearer, running, unique
 from tests.fake_backend import FakeBackends
 
@@ -175,6 +177,24 @@ async def test_lean_and_fastapi_handling_answer_alike(sqlite_stack: Stack, fake:
 
         docs = [(await c.get("/openapi.json")).json() for c in (lean, plain)]
         assert docs[0] == docs[1]
+
+
+async def test_dependency_overrides_still_apply(sqlite_stack: Stack) -> None:
+    """With an override set, a lean route hands the request to FastAPI's handling, which applies it."""
+    app = create_app(sqlite_stack.settings(lean_routes=True))
+
+    async def refused() -> Tenant:
+        raise HTTPException(status.HTTP_418_IM_A_TEAPOT, "overridden")
+
+    async with running(app) as client:
+        prompt = {"prompt": "hello"}
+        assert (await client.post("/route", json=prompt, headers=bearer("bg-nope"))).status_code == 401
+        app.dependency_overrides[current_tenant] = refused
+        for path, body in (("/route", prompt), ("/feedback", {"decision_id": "0" * 32, "reward": 1.0})):
+            answer = await client.post(path, json=body, headers=bearer("bg-nope"))
+            assert answer.status_code == 418 and answer.json()["detail"] == "overridden"
+        app.dependency_overrides.clear()
+        assert (await client.post("/route", json=prompt, headers=bearer("bg-nope"))).status_code == 401
 
 
 def test_an_endpoint_the_binding_does_not_know_is_refused_at_start() -> None:
