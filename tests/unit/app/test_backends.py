@@ -10,7 +10,7 @@ from cryptography.fernet import Fernet
 from pydantic import SecretStr
 
 from app.backend_keys import SecretKeyMissing, decrypt_key, encrypt_key, fernet_for
-from app.backends import AttemptRecord, BackendClient, BackendFailure, Target
+from app.backends import PARSED_URLS, AttemptRecord, BackendClient, BackendFailure, Target
 from app.routing.costs import usage_tokens
 from app.settings import Settings
 from tests.fake_backend import FakeBackends
@@ -99,5 +99,26 @@ async def test_retry_after_is_honoured_up_to_a_limit(fake: FakeBackends) -> None
         with pytest.raises(BackendFailure) as failed:
             await client.call_json(target(fake, "retryafter-60"), "/chat/completions", {}, attempts)
         assert failed.value.retry_after == 60 and fake.counts["retryafter-60"] == 1
+    finally:
+        await client.aclose()
+
+
+async def test_each_call_goes_to_its_own_backend_url_with_its_own_timeout(fake: FakeBackends) -> None:
+    """Parsed URLs and timeouts are kept per client (``BackendClient._url``): two backends, called in
+    turns, each get their own path and read timeout, and the store stays bounded."""
+    client = BackendClient(Settings(forward_max_retries=0))
+    try:
+        ok, echo = target(fake, "ok", timeout_s=1.5), target(fake, "echo", timeout_s=2.5)
+        for _ in range(2):
+            for t in (ok, echo):
+                await client.call_json(t, "/chat/completions", {"messages": []}, [])
+        assert [s.path for s in fake.seen("ok")] == ["/ok/v1/chat/completions"] * 2
+        assert [s.path for s in fake.seen("echo")] == ["/echo/v1/chat/completions"] * 2
+        built = client._request(echo, "/images/generations", {})
+        assert str(built.url) == fake.url("echo") + "/images/generations"
+        assert built.extensions["timeout"] == {"connect": 2.5, "read": 2.5, "write": 2.5, "pool": 2.5}
+        for i in range(PARSED_URLS + 5):
+            client._url(f"http://127.0.0.1:9/b{i}/v1/chat/completions")
+        assert 0 < len(client._urls) <= PARSED_URLS
     finally:
         await client.aclose()
