@@ -17,9 +17,10 @@ import json
 import logging
 import random
 import time
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -136,6 +137,22 @@ def status_phrase(status: int) -> str:
 
 PARSED_URLS = 4096  # backend URLs (and timeouts) a client keeps parsed: far more than a catalog holds
 
+Key = TypeVar("Key", bound=Hashable)
+Kept = TypeVar("Kept")
+
+
+def kept(store: dict[Key, Kept], key: Key, make: Callable[[Key], Kept]) -> Kept:
+    """``make(key)``, built once and kept in ``store`` (at most ``PARSED_URLS`` entries; past that the
+    store starts over). For a backend call's ``httpx.URL`` and ``httpx.Timeout``, both immutable:
+    parsing the URL on every call was about 12 us of its CPU (issue 13,
+    ``python -m experiments.backend_request``)."""
+    value = store.get(key)
+    if value is None:
+        if len(store) >= PARSED_URLS:
+            store.clear()
+        value = store[key] = make(key)
+    return value
+
 
 class NoCookies(httpx.Cookies):
     """A cookie store that keeps and sends nothing."""
@@ -196,30 +213,11 @@ class BackendClient:
             headers["Authorization"] = f"Bearer {target.api_key}"
         return self.http.build_request(
             "POST",
-            self._url(target.base_url + path),
+            kept(self._urls, target.base_url + path, httpx.URL),
             json={**body, "model": target.upstream_model},
             headers=headers,
-            timeout=self._timeout(target.timeout_s),
+            timeout=kept(self._timeouts, target.timeout_s, httpx.Timeout),
         )
-
-    def _url(self, url: str) -> httpx.URL:
-        """``url`` parsed once (httpx's ``URL`` is immutable): parsing it on every call was about 12 us of a
-        backend call's CPU (issue 13). At most ``PARSED_URLS`` are kept; past that the store starts over."""
-        parsed = self._urls.get(url)
-        if parsed is None:
-            if len(self._urls) >= PARSED_URLS:
-                self._urls.clear()
-            parsed = self._urls[url] = httpx.URL(url)
-        return parsed
-
-    def _timeout(self, seconds: float) -> httpx.Timeout:
-        """The per-read timeout of a backend whose ``timeout_s`` is ``seconds``, built once."""
-        timeout = self._timeouts.get(seconds)
-        if timeout is None:
-            if len(self._timeouts) >= PARSED_URLS:
-                self._timeouts.clear()
-            timeout = self._timeouts[seconds] = httpx.Timeout(seconds)
-        return timeout
 
     async def _backoff(self, number: int, retry_after: float | None) -> None:
         """Before retry ``number + 1``: the jittered backoff, or the backend's ``Retry-After`` if longer."""
