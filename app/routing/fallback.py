@@ -89,9 +89,8 @@ async def call_with_fallback(
         tried.append(model)
         try:
             target = await load_target(ctx, model, path, attempts)
-            await commit_if_used(
-                session
-            )  # end the read transaction: no pooled connection held during the call
+            # end the read transaction: no pooled connection held during the call
+            await commit_if_used(session)
             if stream:
                 return target, await ctx.backends.open_stream(target, path, body, attempts)
             return target, await ctx.backends.call_json(target, path, body, attempts)
