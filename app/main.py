@@ -189,7 +189,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     # Starlette tries the routes in order, so the request path's come first: a forwarded request was
     # matched against about ten admin routers before reaching /v1 (issue 13's profile).
-    for module in (
+    modules = (
         openai,
         route,
         feedback,
@@ -199,7 +199,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         admin_routers,
         admin_observations,
         admin_policies,
-    ):
+    )
+    for module in modules:
         app.include_router(module.router)
     if settings.lean_routes:  # tried first: the same operations, bound without dependency solving
         hot = (
@@ -209,9 +210,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             feedback.feedback,
             feedback.feedback_batch,
         )
-        app.router.routes[0:0] = lean_routes(
-            [r for m in (openai, route, feedback) for r in m.router.routes], hot
-        )
+        app.router.routes[0:0] = lean_routes([r for m in modules for r in m.router.routes], hot)
     if settings.replay_dataset:
         from app.replay_backends import load_dataset, replay_app
 

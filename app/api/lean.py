@@ -5,8 +5,8 @@ without FastAPI's per-request dependency solving.
 FastAPI still declares these operations: their OpenAPI entries, body and response models come from the
 ``APIRoute`` as written. A lean route is a Starlette ``Route`` for the same path and method, tried
 before it, that calls the same endpoint function with the same arguments, built by a fixed binding
-instead of by ``solve_dependencies``: the app context, the request's database session (closed after
-the response, ``close_if_used``), the caller's tenant (``current_tenant``: admitted by the rate limiter,
+instead of by ``solve_dependencies``: the app context, the request's database session (``get_session``,
+closed after the response), the caller's tenant (``current_tenant``: admitted by the rate limiter,
 its slot released after the response has been sent, a stream's last byte included) and the body,
 read and validated as FastAPI reads it (``request_body_to_args``: the same 422s). A returned model is
 serialized by the route's response model, as FastAPI serializes it. Errors propagate to the app's
@@ -32,7 +32,6 @@ from typing import Any
 from fastapi.datastructures import DefaultPlaceholder
 from fastapi.dependencies.utils import request_body_to_args
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute, serialize_response
 from fastapi.security import HTTPAuthorizationCredentials
 from pydantic_core import PydanticUndefined
@@ -44,10 +43,15 @@ from starlette.types import Receive, Scope, Send
 
 from app.api.deps import TENANT_KEY, current_tenant, get_ctx, get_session
 from app.context import AppContext
-from app.store.db import close_if_used
 
 # A parameter's value for one request: (the request, its context, the stack closed after the response)
 Binding = Callable[[Request, AppContext, AsyncExitStack], Awaitable[Any]]
+
+
+# FastAPI's own dependency functions, entered as FastAPI enters a dependency with ``yield``: their exits
+# (the session's close, the slot's release) run when the request's stack closes, after the response
+session_scope = asynccontextmanager(get_session)
+tenant_scope = asynccontextmanager(current_tenant)
 
 
 async def bind_ctx(request: Request, ctx: AppContext, stack: AsyncExitStack) -> AppContext:
@@ -55,14 +59,12 @@ async def bind_ctx(request: Request, ctx: AppContext, stack: AsyncExitStack) -> 
 
 
 async def bind_session(request: Request, ctx: AppContext, stack: AsyncExitStack) -> Any:
-    session = ctx.sessionmaker()
-    stack.push_async_callback(close_if_used, session)
-    return session
+    return await stack.enter_async_context(session_scope(ctx))
 
 
 async def bind_tenant(request: Request, ctx: AppContext, stack: AsyncExitStack) -> Any:
     credentials: HTTPAuthorizationCredentials | None = await TENANT_KEY(request)
-    return await stack.enter_async_context(asynccontextmanager(current_tenant)(request, ctx, credentials))
+    return await stack.enter_async_context(tenant_scope(request, ctx, credentials))
 
 
 BINDINGS: dict[Callable[..., Any], Binding] = {
@@ -148,7 +150,7 @@ class LeanEndpoint:
         """In FastAPI's order: the body read (invalid JSON refused first), the dependencies in the
         endpoint's order (a missing key is a 401 before a bad body's 422), then the body validated."""
         received = await json_body(request)
-        ctx: AppContext = request.app.state.ctx
+        ctx = await get_ctx(request)
         values: dict[str, Any] = {}
         for name, binding in self.bound.items():
             values[name] = await binding(request, ctx, stack)
@@ -181,9 +183,7 @@ class LeanEndpoint:
             return Response(content=content, media_type="application/json", status_code=status)
         response_class = route.response_class
         cls = response_class.value if isinstance(response_class, DefaultPlaceholder) else response_class
-        return (
-            cls(content, status_code=status) if cls is not None else JSONResponse(content, status_code=status)
-        )
+        return cls(content, status_code=status)
 
 
 class LeanRoute(Route):
