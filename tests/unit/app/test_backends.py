@@ -105,7 +105,7 @@ async def test_retry_after_is_honoured_up_to_a_limit(fake: FakeBackends) -> None
 
 
 async def test_each_call_goes_to_its_own_backend_url_with_its_own_timeout(fake: FakeBackends) -> None:
-    """Parsed URLs and timeouts are kept per client (``app.backends.kept``): two backends, called in
+    """Parsed URLs and timeouts are kept per client (``BackendClient._url``, ``_timeout``): two backends, called in
     turns, each get their own path and read timeout, and the store stays bounded."""
     client = BackendClient(Settings(forward_max_retries=0))
     try:
@@ -120,6 +120,6 @@ async def test_each_call_goes_to_its_own_backend_url_with_its_own_timeout(fake: 
         assert built.extensions["timeout"] == {"connect": 2.5, "read": 2.5, "write": 2.5, "pool": 2.5}
         for i in range(PARSED_URLS + 5):
             client._request(replace(ok, base_url=f"http://127.0.0.1:9/b{i}/v1"), "/chat/completions", {})
-        assert 0 < len(client._urls) <= PARSED_URLS
+        assert 0 < client._url.cache_info().currsize <= PARSED_URLS
     finally:
         await client.aclose()
