@@ -1,7 +1,7 @@
-"""What experiments/publish_cpu.py and admission_cpu.py share: two ways of doing the same Redis work,
-measured as process CPU per operation, the ways alternating round by round, medians over rounds; and
-their command line (``--redis-url``, ``--concurrency``, the operations per sender, ``--gap-ms``,
-``--rounds``).
+"""What the CPU experiments share (publish_cpu.py, admission_cpu.py, lean_routes.py,
+backend_request.py): ways of doing the same work, measured as process CPU per operation, the ways
+alternating round by round, medians over rounds; and their command line (the operations per round,
+``--rounds``; for the Redis ones also ``--redis-url``, ``--concurrency``, ``--gap-ms``).
 
 experiments/ is not packaged and may import app/.
 """
@@ -32,18 +32,28 @@ async def alternate(ways: Sequence[str], one_round: Round, rounds: int) -> dict[
     return {name: statistics.median(values) for name, values in figures.items()}
 
 
-def arguments(description: str, operations: str, help_text: str) -> argparse.Namespace:
-    """The shared command line; ``--<operations>`` is the count per sender per round (default 200)."""
+def counted_parser(
+    description: str, operations: str, help_text: str, default: int, rounds: int
+) -> argparse.ArgumentParser:
+    """A command line with ``--<operations>`` (the count per round, read back as ``operations``) and
+    ``--rounds``."""
     parser = argparse.ArgumentParser(
         description=description, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument(
+        f"--{operations}", dest="operations", metavar="N", type=int, default=default, help=help_text
+    )
+    parser.add_argument("--rounds", type=int, default=rounds)
+    return parser
+
+
+def arguments(description: str, operations: str, help_text: str) -> argparse.Namespace:
+    """The Redis experiments' command line; ``--<operations>`` is the count per sender per round
+    (default 200)."""
+    parser = counted_parser(description, operations, help_text, default=200, rounds=6)
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/5")
     parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument(
-        f"--{operations}", dest="operations", metavar="N", type=int, default=200, help=help_text
-    )
     parser.add_argument("--gap-ms", type=float, default=0.0)
-    parser.add_argument("--rounds", type=int, default=6)
     return parser.parse_args()
 
 

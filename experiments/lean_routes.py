@@ -14,16 +14,13 @@ no socket, none of the gateway's middlewares), with the same JSON body and beare
 - ``raw``: a Starlette route that parses the JSON and answers, the floor.
 
 Process CPU microseconds per request, medians over ``--rounds`` rounds of ``--requests`` each, the
-endpoints taking turns within each round. experiments/ is not packaged and may import app/.
+endpoints taking turns within each round (experiments/alternating_cpu.py). experiments/ is not packaged and may import app/.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
-import statistics
-import time
 from collections.abc import AsyncIterator, MutableMapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Annotated, Any
@@ -36,6 +33,8 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
+
+from experiments.alternating_cpu import alternate, counted_parser, cpu_us_per_op, report
 
 KEY = HTTPBearer(auto_error=False)
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Security(KEY)]
@@ -144,33 +143,28 @@ async def call(app: FastAPI, path: str) -> None:
     await app(scope, receive, send)
 
 
-async def measure(requests: int, rounds: int) -> dict[str, list[float]]:
+async def measure(requests: int, rounds: int) -> dict[str, float]:
+    """Median CPU us per request of each endpoint, the endpoints taking turns in every round."""
     app = build()
     paths = ("/four", "/one", "/lean", "/raw")
     for path in paths:  # warm-up
         for _ in range(200):
             await call(app, path)
-    figures: dict[str, list[float]] = {path: [] for path in paths}
-    for _ in range(rounds):
-        for path in paths:
-            start = time.process_time()
-            for _ in range(requests):
-                await call(app, path)
-            figures[path].append((time.process_time() - start) / requests * 1e6)
-    return figures
+
+    async def requests_to(path: str) -> None:
+        for _ in range(requests):
+            await call(app, path)
+
+    async def one_round(path: str) -> float:
+        return await cpu_us_per_op(requests_to(path), requests)
+
+    return await alternate(paths, one_round, rounds)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--requests", type=int, default=3000)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser = counted_parser(__doc__ or "", "requests", "per endpoint per round", default=3000, rounds=5)
     args = parser.parse_args()
-    figures = asyncio.run(measure(args.requests, args.rounds))
-    for path, values in figures.items():
-        spread = ", ".join(f"{v:.1f}" for v in values)
-        print(f"{path:6s} {statistics.median(values):7.1f} us of CPU per request (rounds: {spread})")
+    report(asyncio.run(measure(args.operations, args.rounds)), "request", args.rounds)
 
 
 if __name__ == "__main__":
