@@ -113,6 +113,7 @@ async def open_context(settings: Settings, busy: Callable[[], bool] | None = Non
         settings.ledger_inline,
         settings.ledger_inline_checkpoint_commits,
         busy,
+        settings.recent_decisions,
     )
     round_counts = RoundCounts(ledger.counts, settings.counter_read_ttl_s)
     ctx = AppContext(
@@ -133,6 +134,8 @@ async def open_context(settings: Settings, busy: Callable[[], bool] | None = Non
     async def on_message(message: Message) -> None:
         if isinstance(message, CatalogChanged | RouterChanged):
             catalog.clear()
+            if ledger.recent is not None:  # a deleted tenant or router deletes its decisions
+                ledger.recent.clear()
         if isinstance(message, RouterChanged):
             round_counts.forget()
         await states.handle(message)

@@ -91,6 +91,14 @@ class Settings(BaseSettings):
         description="most request writes (decisions, attempts, feedback) committed together in one "
         "transaction by the ledger's group commit (app/store/ledger.py)",
     )
+    recent_decisions: int = Field(
+        10_000,
+        ge=0,
+        le=1_000_000,
+        description="decisions of this process kept in memory after their commit, so feedback about them "
+        "needs no read of the database (app/store/recent_decisions.py; 2.5-2.7 KB each with a "
+        "384-dimension embedding); 0 = read every one",
+    )
     ledger_inline: bool = Field(
         True,
         description="SQLite only: a request write that finds the ledger's writer idle while the process "

@@ -16,7 +16,7 @@ from app.events import FeedbackMessage
 from app.routing.decide import DIRECT_LABEL
 from app.routing.errors import Invalid, NotFound, TooLarge
 from app.schemas import FeedbackAccepted
-from app.store.ledger import LedgerWrite
+from app.store.ledger import LedgerError, LedgerWrite
 from app.store.models import DecisionRow, FeedbackEvent, Router, Tenant
 
 
@@ -41,16 +41,33 @@ Resolved = tuple[Outcome, DecisionRow, Router | None, str]  # an item, its decis
 
 async def record_feedback(ctx: AppContext, tenant: Tenant, items: list[Outcome]) -> list[FeedbackAccepted]:
     """Validate every item first (nothing is written if one is bad), then insert them idempotently in
-    one transaction, commit, publish, and wait for this process to fold them."""
+    one transaction, commit, publish, and wait for this process to fold them.
+
+    The decisions may come from the ledger's memory of what it committed (``recent``), which cannot see
+    a deletion on another replica whose message was lost: when the write fails while memory holds one
+    of them, they are forgotten and the items resolved again from the database, once (a decision
+    deleted since is then a 404, as without memory)."""
     resolved = await resolve_feedback(ctx, tenant, items)
+    try:
+        return await store_feedback(ctx, tenant, resolved, wait=True)
+    except LedgerError:
+        recent = ctx.ledger.recent
+        ids = [item.decision_id for item in items]
+        if recent is None or not recent.holds_any(ids):
+            raise
+        recent.forget(ids)
+    resolved = await resolve_feedback(ctx, tenant, items, remembered=False)
     return await store_feedback(ctx, tenant, resolved, wait=True)
 
 
-async def resolve_feedback(ctx: AppContext, tenant: Tenant, items: list[Outcome]) -> list[Resolved]:
+async def resolve_feedback(
+    ctx: AppContext, tenant: Tenant, items: list[Outcome], remembered: bool = True
+) -> list[Resolved]:
     """Each item with its decision, router and the model it is about; raises on the first bad one.
-    The decisions are read on the ledger's connection (committed: every decision is durable before its
-    answer), their routers from the catalog (as ``/route`` reads them)."""
-    found = await ctx.ledger.decisions(tenant.id, [item.decision_id for item in items])
+    The decisions come from the ledger (committed: every decision is durable before its answer; from
+    its memory of recent ones unless not ``remembered``), their routers from the catalog (as
+    ``/route`` reads them)."""
+    found = await ctx.ledger.decisions(tenant.id, [item.decision_id for item in items], remembered)
     decisions: dict[str, DecisionRow] = {row.id: row for row in found}
     routers: dict[int, Router] = {}
     for router_id in {row.router_id for row in found if row.router_id is not None}:

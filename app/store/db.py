@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from app.store.ledger import Ledger
 from app.store.ledger_postgres import PostgresLedger
 from app.store.ledger_sqlite import SqliteLedger
+from app.store.recent_decisions import RecentDecisions
 from app.store.sqlite_settings import BUSY_TIMEOUT_S, apply_pragmas, sqlite_path
 
 DEFAULT_RECYCLE_S = 300.0
@@ -119,17 +120,25 @@ def make_ledger(
     sqlite_inline: bool = False,
     inline_checkpoint_commits: int = 100,
     busy: Callable[[], bool] | None = None,
+    recent_decisions: int = 0,
 ) -> Ledger:
     """The request path's group-committed writer (app/store/ledger.py) for the engine's database;
     on SQLite, ``sqlite_inline`` serves an item that finds the writer idle on the event loop, unless
-    ``busy()`` says the process serves other requests too (app/store/ledger_sqlite.py)."""
+    ``busy()`` says the process serves other requests too (app/store/ledger_sqlite.py). With
+    ``recent_decisions``, it keeps that many of the decisions it commits in memory
+    (app/store/recent_decisions.py)."""
+    ledger: Ledger
     if is_sqlite(url):
-        return SqliteLedger(
+        ledger = SqliteLedger(
             sqlite_path(url),
             max_batch,
             inline=sqlite_inline,
             inline_checkpoint_commits=inline_checkpoint_commits,
             busy=busy,
         )
-    dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-    return PostgresLedger(dsn, max_batch)
+    else:
+        dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+        ledger = PostgresLedger(dsn, max_batch)
+    if recent_decisions > 0:
+        ledger.recent = RecentDecisions(recent_decisions, ledger.dialect)
+    return ledger

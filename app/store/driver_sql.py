@@ -233,3 +233,13 @@ def decisions_selects(dialect_name: str, ids: Sequence[str]) -> list[Select]:
     """Every column of the decisions of ``ids`` (rows for ``driver_rows(DecisionRow, ...)``)."""
     head = f"{driver_rows(DecisionRow, dialect_name).sql} WHERE {DecisionRow.__tablename__}.id"
     return selects_by_key(head, "VARCHAR", ids, dialect_name)
+
+
+@cache
+def written_rows(model: type[Base], dialect_name: str) -> DriverRows:
+    """How a row as the ledger writes it (``model_params``: its INSERT's parameters, in that order)
+    becomes the attributes the ORM would load of it once stored (``sql`` is empty: it reads nothing)."""
+    mapper = inspect(model)
+    columns = driver_insert(model, dialect_name).columns
+    keys = tuple(mapper.get_property_by_column(c).key for c in columns)
+    return DriverRows("", keys, tuple(_result_processor(c, dialect_name) for c in columns))

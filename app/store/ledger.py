@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 
 from app.store.driver_sql import counts_selects, decisions_selects, driver_rows, model_params
 from app.store.models import Attempt, DecisionRow, FeedbackEvent
+from app.store.recent_decisions import RecentDecisions
 
 FeedbackKey = tuple[str | None, str, str]  # (decision_id, model, kind): the feedback table's unique key
 
@@ -195,11 +196,25 @@ class Ledger(ABC):
 
     dialect: str
     commits: int = 0
+    recent: RecentDecisions | None = None  # the decisions it committed lately (``make_ledger`` sets it)
 
     async def write(self, write: LedgerWrite) -> list[int | None]:
         """Commit ``write`` (with whatever other writes are waiting); the ids of its feedback events in
-        order, None for a duplicate."""
-        ids: list[int | None] = await self._submit(prepare(write, self.dialect))
+        order, None for a duplicate. Its decision and ``info`` merge go to ``recent`` once committed."""
+        prepared = prepare(write, self.dialect)
+        recent = self.recent
+        generation = recent.generation if recent is not None else 0
+        try:
+            ids: list[int | None] = await self._submit(prepared)
+        except BaseException:  # cancelled, the merge is committed all the same: memory cannot tell
+            if recent is not None and prepared.info is not None:
+                recent.forget([prepared.info[0]])
+            raise
+        if recent is not None:
+            for params in prepared.decisions:
+                recent.remember(params, generation)
+            if prepared.info is not None:
+                recent.merge(*prepared.info, generation)
         return ids
 
     async def counts(self, router_id: int) -> Counts:
@@ -209,12 +224,23 @@ class Ledger(ABC):
         found: Counts = await self._submit(CountsRead(router_id))
         return found
 
-    async def decisions(self, tenant_id: int, ids: Sequence[str]) -> list[DecisionRow]:
+    async def decisions(
+        self, tenant_id: int, ids: Sequence[str], remembered: bool = True
+    ) -> list[DecisionRow]:
         """The tenant's decisions among ``ids`` as committed, in the order asked, each once (an id
-        unknown or another tenant's is left out), read on the writer's connection with the other reads
-        waiting then. The rows are detached ``DecisionRow``s holding what the ORM would load."""
-        found: list[DecisionRow] = await self._submit(DecisionsRead(tenant_id, tuple(ids)))
-        return found
+        unknown or another tenant's is left out): from ``recent`` those it holds (unless not
+        ``remembered``), the others read on the writer's connection with the other reads waiting then.
+        The rows are detached ``DecisionRow``s holding what the ORM would load."""
+        recent = self.recent if remembered else None
+        if recent is None:
+            read: list[DecisionRow] = await self._submit(DecisionsRead(tenant_id, tuple(ids)))
+            return read
+        found, missing = recent.find(tenant_id, ids)
+        if missing:
+            found.update(
+                (row.id, row) for row in await self._submit(DecisionsRead(tenant_id, tuple(missing)))
+            )
+        return [found[i] for i in dict.fromkeys(ids) if i in found]
 
     @abstractmethod
     async def _submit(self, item: Queued) -> Any:

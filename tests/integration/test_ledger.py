@@ -17,6 +17,7 @@ import pytest
 from sqlalchemy import select
 
 from app.store.db import make_engine, make_ledger, make_sessionmaker
+from app.store.driver_sql import model_params
 from app.store.ledger import Ledger, LedgerClosed, LedgerError, LedgerWrite
 from app.store.models import Attempt, DecisionRow, FeedbackEvent, Router, RouterCounter, Tenant
 from app.store.sqlite_settings import sqlite_path
@@ -373,3 +374,131 @@ async def test_postgres_a_value_the_driver_cannot_encode_fails_only_its_write(pg
     finally:
         await ledger.close()
         await place.engine.dispose()
+
+
+@pytest.fixture
+async def remembering(place: Place, request: pytest.FixtureRequest) -> AsyncIterator[Ledger]:
+    """A ledger that keeps the last 3 decisions it committed in memory."""
+    ledger = make_ledger(place.stack.database_url, 128, sqlite_inline=inline(request), recent_decisions=3)
+    yield ledger
+    await ledger.close()
+
+
+async def delete_rows(place: Place, ids: list[str]) -> None:
+    """Delete decisions behind the ledger's back (as another replica deleting their router would)."""
+    async with place.sessions() as session:
+        for decision_id in ids:
+            row = await session.get(DecisionRow, decision_id)
+            assert row is not None
+            await session.delete(row)
+        await session.commit()
+
+
+async def test_remembered_decisions_hold_what_the_orm_loads_merges_included(
+    place: Place, remembering: Ledger
+) -> None:
+    """A decision the ledger committed comes back from memory, value for value what the ORM loads of
+    it, ``info`` merges included, in the order asked, the tenant's only; a row deleted behind its back
+    is still answered from memory (so it did not read), and read afresh when not ``remembered``."""
+    other = Place(place.stack)
+    await other.setup()
+    try:
+        first = place.decision(t=1, nested={"x": [1, 2.5, None]})
+        second, theirs = place.decision(), other.decision()
+        for decision in (first, second, theirs):
+            await remembering.write(LedgerWrite(decision=decision))
+        ids = [str(first["id"]), str(second["id"])]
+        await remembering.write(LedgerWrite(info=(ids[0], {"answered_by": "b", "ensemble": ["b", "a"]})))
+        recent = remembering.recent
+        assert recent is not None and len(recent) == 3
+        asked = [ids[1], str(theirs["id"]), ids[0], ids[1]]
+        found = await remembering.decisions(place.tenant_id, asked)
+        assert [d.id for d in found] == [ids[1], ids[0]]
+        assert (recent.hits, recent.misses) == (2, 0)  # another tenant's, held, is answered by no one
+        async with place.sessions() as session:
+            for held in found:
+                loaded = await session.get(DecisionRow, held.id)
+                assert loaded is not None
+                assert {c: getattr(held, c) for c in COLUMNS} == {c: getattr(loaded, c) for c in COLUMNS}
+        assert found[1].info == {
+            "t": 1,
+            "nested": {"x": [1, 2.5, None]},
+            "answered_by": "b",
+            "ensemble": ["b", "a"],
+        }
+        found[1].info["nested"]["x"].append("changed by a caller")  # rows are the caller's own
+        await delete_rows(place, ids)
+        again = await remembering.decisions(place.tenant_id, ids)
+        assert [d.id for d in again] == ids and again[0].info == found[1].info | {
+            "nested": {"x": [1, 2.5, None]}
+        }
+        assert await remembering.decisions(place.tenant_id, ids, remembered=False) == []
+        recent.forget(ids)
+        assert await remembering.decisions(place.tenant_id, ids) == [] and recent.misses == 2
+    finally:
+        await other.engine.dispose()
+
+
+async def test_memory_keeps_the_newest_and_never_a_failed_or_cleared_write(
+    place: Place, remembering: Ledger
+) -> None:
+    """At most 3 held (the oldest go first, and are read from the database); a write that failed is
+    not held; a write whose commit raced a clear (a tenant or router deleted) is not held."""
+    recent = remembering.recent
+    assert recent is not None
+    decisions = [place.decision() for _ in range(5)]
+    for decision in decisions:
+        await remembering.write(LedgerWrite(decision=decision))
+    ids = [str(d["id"]) for d in decisions]
+    assert [d.id for d in await remembering.decisions(place.tenant_id, ids)] == ids
+    assert (recent.hits, recent.misses) == (3, 2)
+
+    duplicate = {**place.decision(), "id": ids[0]}  # the primary key is taken: the write fails
+    with pytest.raises(LedgerError):
+        await remembering.write(LedgerWrite(decision=duplicate))
+    assert not recent.holds_any([ids[0]])
+
+    raced = place.decision()
+    params = model_params(DecisionRow, remembering.dialect, raced)
+    generation = recent.generation  # read as ``write`` reads it, before handing the write over
+    recent.clear()  # then the commit raced a clear
+    recent.remember(params, generation)
+    assert not recent.holds_any([str(raced["id"])])
+    recent.remember(params, recent.generation)
+    assert recent.holds_any([str(raced["id"])])
+    recent.clear()
+    await remembering.write(LedgerWrite(decision=raced | {"id": uuid.uuid4().hex}))
+    assert len(recent) == 1
+    recent.clear()
+    await remembering.write(LedgerWrite(info=(str(raced["id"]), {"answered_by": "a"})))
+    assert len(recent) == 0  # a merge into a decision not held holds nothing
+
+
+@pytest.mark.parametrize("name", ["sqlite", "pg"])
+async def test_a_cancelled_merge_drops_the_decision_from_memory(
+    name: str, request: pytest.FixtureRequest
+) -> None:
+    """A writer cancelled while its ``info`` merge is with the ledger does not know whether it was
+    committed (it is: a cancelled caller does not cancel a write), so memory forgets the decision, and
+    the next read finds the merge in the database."""
+    async with placed(request.getfixturevalue(f"{name}_stack")) as place:
+        ledger = make_ledger(place.stack.database_url, 16, recent_decisions=8)  # writes go to the writer
+        try:
+            decision = place.decision()
+            await ledger.write(LedgerWrite(decision=decision))
+            did = str(decision["id"])
+            merging = asyncio.ensure_future(ledger.write(LedgerWrite(info=(did, {"answered_by": "b"}))))
+            await asyncio.sleep(0)  # handed to the writer, waiting for its commit
+            assert not merging.done()
+            merging.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await merging
+            assert ledger.recent is not None and not ledger.recent.holds_any([did])
+            for _ in range(100):  # the write goes on without its caller
+                found = await ledger.decisions(place.tenant_id, [did])
+                if found[0].info.get("answered_by") == "b":
+                    break
+                await asyncio.sleep(0.01)
+            assert found[0].info == {"answered_by": "b"}
+        finally:
+            await ledger.close()
