@@ -81,6 +81,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
+import redis
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
@@ -561,6 +562,16 @@ def admin_sql(server: str, statement: str) -> None:
     on_postgres(server, lambda conn: conn.execute(statement))
 
 
+def drop_stream(url: str, stream: str) -> None:
+    """Delete a gateway's event stream from Redis once its run is over (a run's stream holds tens of MB,
+    and nothing else reads it)."""
+    client = redis.Redis.from_url(url)
+    try:
+        client.delete(stream)
+    finally:
+        client.close()
+
+
 def gateway_specs(args: argparse.Namespace) -> list[tuple[str, str, str, int]]:
     """(name, stack, policy, workers) of each gateway system asked for."""
     specs = []
@@ -639,6 +650,7 @@ def start_for_parser(
             db = f"bg_gwbench_{uuid.uuid4().hex[:8]}"
             admin_sql(args.pg, f'CREATE DATABASE "{db}"')
             stack.callback(admin_sql, args.pg, f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+            stack.callback(drop_stream, args.redis, f"bench:events:{db}")
             env |= {
                 "BANDITGATE_DATABASE_URL": args.pg.replace("postgresql://", "postgresql+asyncpg://")
                 + f"/{db}",

@@ -6,10 +6,12 @@ from __future__ import annotations
 import logging
 import logging.config
 import os
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from fastapi import FastAPI
 
 from app.settings import RATE_LIMIT_MAX, Settings
@@ -17,6 +19,7 @@ from bench.gateway_bench import (
     GATEWAY_ENV,
     LITELLM_LOGGING,
     System,
+    drop_stream,
     interleaved_sequential,
     litellm_cmd,
     litellm_config,
@@ -25,6 +28,7 @@ from bench.gateway_bench import (
     tree_cpu_seconds,
 )
 from bench.local_server import serving
+from tests.conftest import REDIS_URL
 
 
 def test_overheads_are_medians_net_of_the_upstream_and_ratios_are_against_the_bare_proxy() -> None:
@@ -127,3 +131,18 @@ async def test_interleaved_sequential_requests_take_turns_in_blocks() -> None:
     assert arrivals == [(name, f"p{i % 3}") for name, i in expected]
     assert [len(latencies["a"]), len(latencies["b"])] == [7, 7]
     assert all(ms > 0 for ms in latencies["a"] + latencies["b"])
+
+
+def test_a_run_s_event_stream_is_dropped_from_redis() -> None:
+    """The stream a Postgres gateway of the run wrote to is gone afterwards; other keys stay."""
+    client = redis.Redis.from_url(REDIS_URL)
+    stream, other = f"bench:events:test-{uuid.uuid4().hex}", f"bench:other:test-{uuid.uuid4().hex}"
+    try:
+        client.xadd(stream, {"m": b"x"})
+        client.set(other, b"kept")
+        drop_stream(REDIS_URL, stream)
+        assert client.exists(stream) == 0 and client.get(other) == b"kept"
+        drop_stream(REDIS_URL, stream)  # a stream never written (or gone already) is no error
+    finally:
+        client.delete(stream, other)
+        client.close()
