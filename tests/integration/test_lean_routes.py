@@ -23,9 +23,11 @@ COMPARED_HEADERS = ("content-type", "www-authenticate", "x-banditgate-model", "r
 
 
 def normalized(response: httpx.Response) -> tuple[int, str, dict[str, str | None]]:
-    """Status, body with decision ids and event ids blanked, and the headers that must agree."""
+    """Status, body with decision ids, event ids and the backend's clock (``created``, which may tick
+    between the two apps' calls) blanked, and the headers that must agree."""
     body = HEX_ID.sub("<id>", response.text)
     body = re.sub(r'"event_id":\s*\d+', '"event_id":<n>', body)
+    body = re.sub(r'"created":\s*\d+', '"created":<t>', body)
     body = re.sub(r"chatcmpl-[0-9a-f]+", "chatcmpl-<x>", body)
     return response.status_code, body, {h: response.headers.get(h) for h in COMPARED_HEADERS}
 
