@@ -51,7 +51,8 @@ class _Entry:
 
 
 class RecentDecisions:
-    """Decisions by id, as committed by this process's ledger (``Ledger.write`` calls ``committed``)."""
+    """Decisions by id, as committed by this process's ledger (``Ledger.write`` calls ``remember`` and
+    ``merge`` after each commit); ``hits`` and ``misses`` count the ids ``find`` was asked for."""
 
     def __init__(self, size: int, dialect_name: str) -> None:
         self.size = size
