@@ -650,12 +650,13 @@ def start_for_parser(
             db = f"bg_gwbench_{uuid.uuid4().hex[:8]}"
             admin_sql(args.pg, f'CREATE DATABASE "{db}"')
             stack.callback(admin_sql, args.pg, f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
-            stack.callback(drop_stream, args.redis, f"bench:events:{db}")
+            stream = f"bench:events:{db}"
+            stack.callback(drop_stream, args.redis, stream)
             env |= {
                 "BANDITGATE_DATABASE_URL": args.pg.replace("postgresql://", "postgresql+asyncpg://")
                 + f"/{db}",
                 "BANDITGATE_REDIS_URL": args.redis,
-                "BANDITGATE_EVENT_STREAM": f"bench:events:{db}",
+                "BANDITGATE_EVENT_STREAM": stream,
             }
         subprocess.run(
             [sys.executable, "-m", "app.cli", "migrate"], env=env, cwd=cwd, check=True, capture_output=True

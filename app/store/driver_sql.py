@@ -218,15 +218,19 @@ class DriverRows:
         }
 
 
+def _rows_in(model: type[Base], columns: Sequence[Column[Any]], dialect_name: str, sql: str) -> DriverRows:
+    """How values of ``model``'s ``columns``, in that order, become its mapped attributes."""
+    mapper = inspect(model)
+    keys = tuple(mapper.get_property_by_column(c).key for c in columns)
+    return DriverRows(sql, keys, tuple(_result_processor(c, dialect_name) for c in columns))
+
+
 @cache
 def driver_rows(model: type[Base], dialect_name: str) -> DriverRows:
     """``model``'s SELECT of every column, compiled for ``dialect_name``, and how to read its rows."""
-    table = table_of(model)
-    mapper = inspect(model)
-    columns = tuple(table.columns)
+    columns = tuple(table_of(model).columns)
     sql = str(select(*columns).compile(dialect=dialect_named(dialect_name)))
-    keys = tuple(mapper.get_property_by_column(c).key for c in columns)
-    return DriverRows(sql, keys, tuple(_result_processor(c, dialect_name) for c in columns))
+    return _rows_in(model, columns, dialect_name, sql)
 
 
 def decisions_selects(dialect_name: str, ids: Sequence[str]) -> list[Select]:
@@ -239,7 +243,4 @@ def decisions_selects(dialect_name: str, ids: Sequence[str]) -> list[Select]:
 def written_rows(model: type[Base], dialect_name: str) -> DriverRows:
     """How a row as the ledger writes it (``model_params``: its INSERT's parameters, in that order)
     becomes the attributes the ORM would load of it once stored (``sql`` is empty: it reads nothing)."""
-    mapper = inspect(model)
-    columns = driver_insert(model, dialect_name).columns
-    keys = tuple(mapper.get_property_by_column(c).key for c in columns)
-    return DriverRows("", keys, tuple(_result_processor(c, dialect_name) for c in columns))
+    return _rows_in(model, driver_insert(model, dialect_name).columns, dialect_name, "")

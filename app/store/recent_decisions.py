@@ -70,7 +70,7 @@ class RecentDecisions:
     def remember(self, params: Sequence[Any], generation: int) -> None:
         """A decision the ledger committed (its INSERT's parameters), unless memory was cleared since
         ``generation`` was read (before the write was handed to the ledger)."""
-        if generation != self.generation or self.size <= 0:
+        if generation != self.generation:
             return
         self._entries[str(params[self._id_at])] = _Entry(int(params[self._tenant_at]), params)
         while len(self._entries) > self.size:
