@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import cProfile
 import functools
+import json
 import pstats
 import statistics
 import tempfile
@@ -108,13 +109,14 @@ async def one_run(
     profiler: cProfile.Profile | None = None,
     stages: Stages | None = None,
     rewards: int = 0,
+    hyperparameters: dict[str, Any] | None = None,
 ) -> float:
     """Process CPU milliseconds per request after a 50-request warm-up: a forwarded
     ``POST /v1/chat/completions``, or (``endpoint="feedback"``) a ``POST /feedback`` reward for a
     decision made by ``POST /route`` beforehand (not counted). ``profiler`` profiles the measured
     requests only; ``stages`` collects the wall times of their steps (``STAGES``) and of each request;
     ``rewards`` decisions with a reward each (distinct prompts) are made first, outside the count, so a
-    learning policy routes from a memory of that size."""
+    learning policy routes from a memory of that size; ``hyperparameters`` go to the router."""
     settings = Settings(database_url=database_url, admin_key=ADMIN, embedder=embedder, redis_url=redis_url)
     await asyncio.to_thread(upgrade, database_url)
     app = create_app(settings)
@@ -135,11 +137,11 @@ async def one_run(
             await client.post("/admin/backends", json=backend, headers=admin)
             await client.post("/admin/tenants", json={"name": tenant}, headers=admin)
             key = (await client.post(f"/admin/tenants/{tenant}/keys", json={}, headers=admin)).json()["key"]
-            hyperparameters: dict[str, Any] = {"model": backend["name"]} if policy == "always" else {}
+            given: dict[str, Any] = {"model": backend["name"]} if policy == "always" else {}
             router = {
                 "name": "main",
                 "policy": policy,
-                "hyperparameters": hyperparameters,
+                "hyperparameters": {**given, **(hyperparameters or {})},
                 "arms": [backend["name"]],
                 "is_default": True,
             }
@@ -230,6 +232,12 @@ def main() -> None:
         help="decisions rewarded before the run (distinct prompts): the policy's memory size",
     )
     parser.add_argument(
+        "--hyperparameters",
+        type=json.loads,
+        default={},
+        help='the router\'s hyperparameters as JSON, e.g. \'{"precision": "float32"}\'',
+    )
+    parser.add_argument(
         "--stages", action="store_true", help="then one run timing each awaited step (wall ms, medians)"
     )
     args = parser.parse_args()
@@ -248,6 +256,7 @@ def main() -> None:
                 profiler=profiler,
                 stages=stages,
                 rewards=args.rewards,
+                hyperparameters=args.hyperparameters,
             )
         )
 

@@ -91,7 +91,11 @@ def run_size(n: int, args: argparse.Namespace, bar: tqdm, real: RealPrompts | No
     arm_dirs = rng.standard_normal((args.arms, args.dim)).astype(np.float32)
     arm_dirs /= np.linalg.norm(arm_dirs, axis=1, keepdims=True)
     names = [f"m{j}" for j in range(args.arms)]
-    chosen_by_flag = {"k_init": args.k_init, "hnsw_at": args.hnsw_at}  # None: the policy's default
+    chosen_by_flag = {
+        "k_init": args.k_init,
+        "hnsw_at": args.hnsw_at,
+        "precision": args.precision,
+    }  # None: the policy's default
     overrides = {name: value for name, value in chosen_by_flag.items() if value is not None}
     policy = KnnUCB(
         arms=names,
@@ -213,6 +217,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument(
         "--hnsw-at", type=int, default=None, help="the policy's hnsw_at (default: the policy's default)"
+    )
+    parser.add_argument(
+        "--precision",
+        choices=["float32", "float16"],
+        default=None,
+        help="how each arm stores its vectors (default: the policy's default)",
     )
     parser.add_argument(
         "--data",

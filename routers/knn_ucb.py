@@ -72,9 +72,14 @@ Hyperparameters (``KnnUCBHyperparameters``; ``None`` takes the preset's value):
                 scan needs): a speed knob; the rule for k does not depend on it, and a larger first
                 beam only finds HNSW's approximate neighbourhood at least as well
     window      points kept per arm (default 100000); memory "window" (latest) or "reservoir" (uniform)
-    hnsw_at     an arm's index switches from exact IndexFlatIP to HNSW at this many points (default 8192:
-                on real prompt embeddings an exact select was cheaper than HNSW's up to there;
-                docs/policies/knn-ucb.md, "Where the exact index ends")
+    hnsw_at     an arm's index switches from exact to HNSW at this many points (default 16384 in float16,
+                8192 in float32: on real prompt embeddings an exact select was cheaper than HNSW's up to
+                there; docs/policies/knn-ucb.md, "Where the exact index ends", "Half precision")
+    precision   "float16" (default) or "float32": how an arm stores its vectors. An exact select reads
+                every stored vector, so past the CPU's cache it costs the bytes read; half precision
+                halves them (a select over 3 arms of 8,000 points: docs/policies/knn-ucb.md, "Half
+                precision"). An inner product then moves by at most 2^-11 (1.5e-4 at most measured), so
+                only neighbours closer than that may swap ranks
     hnsw_m, ef_search, ef_construction   HNSW graph degree and beam widths (32, 32, 80); the search
                 beam is max(ef_search, neighbours fetched)
     floor       lower bound of s as a fraction of the std of all rewards (default 0.05)
@@ -124,6 +129,10 @@ from routers.hyperparameters import (
     PositiveCount,
 )
 from routers.neighbors import ArmNeighbors, CompactionJob, KChoice, adaptive_k
+
+# Where an exact select stops being cheaper than HNSW's, by how the vectors are stored: measured on real
+# prompt embeddings (docs/policies/knn-ucb.md, "Where the exact index ends" and "Half precision").
+HNSW_AT: dict[str, int] = {"float32": 8192, "float16": 16384}
 
 PRESETS: dict[str, dict[str, Any]] = {
     "scale-free": {
@@ -193,8 +202,14 @@ class KnnUCBHyperparameters(Hyperparameters):
     k_init: PositiveCount = Field(128, description="neighbours an HNSW store fetches first")
     window: PositiveCount = Field(100_000, description="points kept per arm")
     memory: Literal["window", "reservoir"] = "window"
-    hnsw_at: PositiveCount = Field(8192, description="points at which an arm's index becomes HNSW")
+    hnsw_at: PositiveCount | None = Field(
+        None,
+        description="points at which an arm's index becomes HNSW (null: 16384 in float16, 8192 in float32)",
+    )
     hnsw_m: Annotated[int, Field(ge=2, le=1024)] = Field(32, description="HNSW graph degree")
+    precision: Literal["float32", "float16"] = Field(
+        "float16", description="how an arm stores its vectors (float16: half the bytes a select reads)"
+    )
     ef_search: PositiveCount = 32
     ef_construction: PositiveCount = 80
     floor: Fraction = Field(0.05, description="lower bound of s, a fraction of the reward std")
@@ -203,10 +218,13 @@ class KnnUCBHyperparameters(Hyperparameters):
     dim: Dim | None = Field(None, description=DIM_DESCRIPTION)
 
     def resolved(self) -> Self:
-        """The preset's values in place of the ``None`` ones."""
+        """The preset's values in place of the ``None`` ones, and ``hnsw_at`` by ``precision``."""
         base = PRESETS[self.preset]
         fields = type(self).model_fields  # k_share is the preset's, not a hyperparameter
-        return self.model_copy(update={k: base[k] for k in base if k in fields and getattr(self, k) is None})
+        update = {k: base[k] for k in base if k in fields and getattr(self, k) is None}
+        if self.hnsw_at is None:
+            update["hnsw_at"] = HNSW_AT[self.precision]
+        return self.model_copy(update=update)
 
 
 class BalrogHyperparameters(KnnUCBHyperparameters):
@@ -254,6 +272,7 @@ class KnnUCB(PolicyBase):
             "hnsw_m": p.hnsw_m,
             "ef_search": p.ef_search,
             "ef_construction": p.ef_construction,
+            "precision": p.precision,
         }
         self.floor, self.min_pairs = p.floor, p.min_pairs
         self.dim = p.dim
@@ -463,6 +482,14 @@ class KnnUCB(PolicyBase):
             own.add_pair(rho, dy)
 
     # --- state -----------------------------------------------------------------------------------------
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> Any:
+        """As ``PolicyBase.from_state``; a state saved before ``precision`` existed stored float32
+        vectors, so it restores as ``precision="float32"``: a router keeps its behaviour across the
+        change of default."""
+        config = {"precision": "float32", **dict(state.get("config", {}))}
+        return super().from_state({**state, "config": config})
 
     def _state(self) -> dict[str, Any]:
         return {

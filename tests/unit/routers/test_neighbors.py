@@ -183,23 +183,85 @@ def test_an_hnsw_search_depends_on_its_own_beam_only() -> None:
     assert hnsw_recall(store, queries, 200) > 0.9  # searched with beam 200, not the index's 8
 
 
-def test_a_default_knn_ucb_arm_is_exact_below_8192_points() -> None:
-    """The default ``hnsw_at``: an arm of 8,191 points is searched exactly (the same k, estimate and bonus
-    as the brute-force argmin for every query); its 8,192nd point turns it into HNSW."""
+def test_a_default_knn_ucb_arm_is_exact_below_16384_points() -> None:
+    """The default ``hnsw_at`` (float16 vectors): an arm of 16,383 points is searched exactly (the same k,
+    estimate and bonus as the brute-force argmin over the vectors it stores, for every query); its
+    16,384th point turns it into HNSW. float16 vectors are rounded, not approximated by the search."""
     rng = np.random.default_rng(11)
-    x = _unit(rng, 8192, 8)
-    y = rng.random(8192)
+    n = 16384
+    x = _unit(rng, n, 8)
+    y = rng.random(n)
     policy = KnnUCB(["a"], seed=0, dim=8)
-    policy.warm_start(x[:8191], ["a"] * 8191, y[:8191])
+    policy.warm_start(x[: n - 1], ["a"] * (n - 1), y[: n - 1])
     store = policy._stores["a"]
-    assert not store.hnsw
+    assert not store.hnsw and store.precision == "float16"
+    stored, _ = store.all_points()
+    rounding = 2.0**-11 * np.abs(x[: n - 1]) + 2.0**-25  # float16's, at most
+    assert np.all(np.abs(stored - x[: n - 1]) <= rounding)
+    np.testing.assert_array_equal(stored.astype(np.float16).astype(np.float32), stored)
     for q in _unit(rng, 20, 8):
         got = adaptive_k(store, q, 0.3, 2.0, 256)
-        want = brute_force_k(x[:8191], y[:8191], q, 0.3, 2.0, 256)
+        want = brute_force_k(stored, y[: n - 1], q, 0.3, 2.0, 256)
         assert (got.k, got.estimate) == (want.k, want.estimate)
         assert got.bonus == pytest.approx(want.bonus, abs=1e-6)
-    policy.update(Observation(embedding=x[8191], arm="a", reward=float(y[8191])))
-    assert store.hnsw and len(store) == 8192
+    policy.update(Observation(embedding=x[n - 1], arm="a", reward=float(y[n - 1])))
+    assert store.hnsw and len(store) == n
+
+
+@pytest.mark.parametrize(
+    ("given", "precision", "hnsw_at"),
+    [({}, "float16", 16384), ({"precision": "float32"}, "float32", 8192), ({"hnsw_at": 100}, "float16", 100)],
+)
+def test_hnsw_at_defaults_by_precision(given: dict[str, Any], precision: str, hnsw_at: int) -> None:
+    policy = KnnUCB(["a"], dim=4, **given)
+    assert policy.config["precision"] == precision and policy.config["hnsw_at"] == hnsw_at
+    store = policy._stores["a"]
+    assert (store.precision, store.hnsw_at) == (precision, hnsw_at)
+
+
+@pytest.mark.parametrize("hnsw_at", [10**6, 500])
+def test_a_float16_store_searches_within_half_precision_of_float32(hnsw_at: int) -> None:
+    """The same points in a float32 and a float16 store (exact, or HNSW from 500 points): every distance
+    within 2^-11 of the float32 one (|<q, x - fp16(x)>| <= 2^-11 |q| |x|), the neighbours the same but
+    where two lie within that of each other, and the state round trip keeps the float16 index."""
+    rng = np.random.default_rng(12)
+    x = _unit(rng, 3000, 64)
+    y = rng.random(3000)
+    wide = ArmNeighbors(64, hnsw_at=10**6)
+    wide.extend(x, y)
+    half = ArmNeighbors(64, hnsw_at=hnsw_at, ef_search=256, precision="float16")
+    half.extend(x, y)
+    assert half.hnsw == (hnsw_at == 500)
+    for q in _unit(rng, 30, 64):
+        d32, _ = wide.search(q, 50)
+        d16, _ = half.search(q, 50)
+        if not half.hnsw:
+            assert np.abs(d16 - d32).max() <= 2.0**-11
+            _, l32 = wide.search_labels(q, 50)
+            _, l16 = half.search_labels(q, 50)
+            apart = np.diff(d32) > 2 * 2.0**-11  # ranks i and i + 1 farther apart than two roundings
+            for i in np.flatnonzero(apart):  # then the first i + 1 neighbours are the same set
+                assert set(l16[: i + 1].tolist()) == set(l32[: i + 1].tolist())
+        assert np.abs(np.sort(d16)[:10] - d32[:10]).max() <= 2.0**-11 or half.hnsw
+    copy = ArmNeighbors(64, hnsw_at=hnsw_at, ef_search=256, precision="float16")
+    copy.load(half.state())
+    q = _unit(rng, 1, 64)[0]
+    np.testing.assert_array_equal(copy.search(q, 20)[0], half.search(q, 20)[0])
+    assert hnsw_recall(half, x[:50], 10) >= (1.0 if hnsw_at > 3000 else 0.9)
+
+
+def test_a_float16_store_compacts_to_the_same_points() -> None:
+    """Compaction rebuilds from the rounded vectors, which round to themselves: nothing drifts."""
+    rng = np.random.default_rng(13)
+    x = _unit(rng, 400, 16)
+    store = ArmNeighbors(16, capacity=100, memory="window", precision="float16")
+    store.extend(x, np.arange(400.0))
+    before = store.all_points()
+    store.compact()
+    after = store.all_points()
+    np.testing.assert_array_equal(before[0], after[0])
+    assert np.all(np.abs(after[0] - x[300:]) <= 2.0**-11 * np.abs(x[300:]) + 2.0**-25)
+    np.testing.assert_array_equal(after[1], np.arange(300.0, 400.0))
 
 
 def test_hnsw_recall_against_exact_search() -> None:
