@@ -8,13 +8,17 @@ retried after a jittered exponential backoff ``base * 2^k * U(0.5, 1.5)``, or af
 gateway falls back at once); other 4xx answers are not retried (the request itself is wrong, or the
 backend's key is). Every attempt is appended to the caller's list,
 so the gateway can store it and fall back to another backend when this one gives up.
+
+An answer is parsed by orjson, which takes JSON as RFC 8259 defines it and no more: ``NaN``,
+``Infinity``, a number past a double's range or a lone surrogate escape make an answer "invalid JSON"
+(retried, then the next backend), where Python's json would take them and the gateway could then not
+write its own answer. An integer past 64 bits is read as the nearest double.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import logging
 import random
 import time
@@ -23,6 +27,7 @@ from http import HTTPStatus
 from typing import Any
 
 import httpx
+import orjson
 
 from app.redaction import redacted_excerpt
 from app.settings import Settings
@@ -291,8 +296,10 @@ class BackendClient:
         if stream:
             return response, None
         try:
-            payload = response.json()
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            # RFC 8259 JSON only: NaN, Infinity, a number past a double's range and a lone surrogate are
+            # invalid here (Python's json takes them, and the answer could then not be written back)
+            payload = orjson.loads(response.content)
+        except orjson.JSONDecodeError as exc:
             raise BackendFailure(
                 target.name,
                 "bad_response",

@@ -6,7 +6,8 @@ Each backend is a path prefix: ``FakeBackends.url(behaviour)`` is a base URL ``h
 
 Behaviours: ``ok`` (chat and image answers with usage), ``nousage`` (answers and streams without usage,
 even when asked), ``echo`` (an ``ok`` answer whose extra field ``received`` is the request body), ``hang``
-(reads the request, never answers), ``garbage`` (200 with a body that is not JSON), ``close`` (closes the
+(reads the request, never answers), ``garbage`` (200 with a body that is not JSON), ``nan`` (an answer holding ``NaN``, which JSON has not),
+``surrogate`` (an answer whose text holds a lone surrogate escape, ``\\ud800``), ``close`` (closes the
 connection without a response), ``status-<code>`` (always that status), ``flaky-<n>`` (503 for the
 first n requests, then ``ok``), ``retryafter-<s>`` (429 with ``Retry-After: s`` once, then ``ok``), ``echoheaders-<code>`` (that status, with an error body that echoes the request's headers, the
 ``Authorization`` the gateway sent first, as a careless backend might), ``slowstream`` (a stream of 50 chunks 0.1 s apart that notes whether the
@@ -136,6 +137,12 @@ class FakeBackends:
             )
         elif kind == "garbage":
             await self._send(writer, 200, b"<html>not json at all", "application/json")
+        elif kind == "nan":  # Python's json writes NaN; JSON (RFC 8259) has no such number
+            answer = {**self.completion(behaviour, body), "score": float("nan")}
+            await self._send(writer, 200, json.dumps(answer).encode(), "application/json")
+        elif kind == "surrogate":  # a lone surrogate escape: valid JSON syntax, no Unicode text
+            text = json.dumps(self.completion(behaviour, body)).replace("answer from", "\\ud800 from")
+            await self._send(writer, 200, text.encode(), "application/json")
         elif kind == "echoheaders":
             error: dict[str, Any] = {"message": "rejected", "authorization": headers.get("authorization")}
             error["headers"] = headers

@@ -17,8 +17,9 @@ import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
+import orjson
 from fastapi import APIRouter, Body, HTTPException, status
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -164,10 +165,11 @@ async def completion_events(completion: dict[str, Any], include_usage: bool) -> 
     yield b"data: [DONE]\n\n"
 
 
-def answer(done: answers.Forwarded, items: str) -> JSONResponse:
-    """The backend's answer with ``model`` set to it (see ``merged``)."""
+def answer(done: answers.Forwarded, items: str) -> Response:
+    """The backend's answer with ``model`` set to it (see ``merged``), written by orjson: the payload is
+    what orjson parsed (app/backends.py) plus the gateway's own fields, so it always can be."""
     payload, headers = merged(done, items)
-    return JSONResponse(payload, headers=headers)
+    return Response(orjson.dumps(payload), media_type="application/json", headers=headers)
 
 
 def merged(done: answers.Forwarded, items: str) -> tuple[dict[str, Any], dict[str, str]]:

@@ -234,6 +234,8 @@ async def test_fallback_to_the_policys_next_choice(sqlite_stack: Stack, fake: Fa
     [
         ("hang", 504, 2, "timed out after 0.3 s"),
         ("garbage", 502, 2, "invalid JSON"),
+        ("nan", 502, 2, "invalid JSON"),  # NaN is not JSON: never passed on (or a 500 on the way out)
+        ("surrogate", 502, 2, "invalid JSON"),  # nor is text that is no Unicode
         ("close", 502, 2, "connection failed"),
         ("status-500", 502, 2, "answered 500"),
         ("status-400", 502, 1, "answered 400"),  # not retried: the request itself is refused
