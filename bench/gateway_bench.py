@@ -22,9 +22,10 @@ For every system, in alternation (round r measures each system once before round
   block requests still follow each other at once, so work a server does after answering still meets
   the next request;
 - throughput: ``--seconds`` seconds at ``--concurrency`` requests in flight; requests per second. The
-  load comes from ``--load-client``: ``httpx`` (default), the Python client of the sequential runs, or
-  ``wrk`` (bench/wrk_load.py), a C client that spends microseconds per request where httpx tops out
-  near 300 requests per second on a 2-core machine (Debian: ``apt-get install wrk``);
+  load comes from ``--load-client``: ``httpx``, the Python client of the sequential runs, or ``wrk``
+  (bench/wrk_load.py), a C client that spends microseconds per request where httpx tops out near 300
+  requests per second on a 2-core machine (Debian: ``apt-get install wrk``); ``auto`` (default) takes
+  wrk where it is installed and says so when it falls back to httpx. The report names the one used;
 - server CPU per request: user + system CPU of the server's process tree during the throughput run
   (``/proc/<pid>/stat``), divided by the requests it answered;
 - the tail of the sequential run: its p99 (nearest rank) and its slowest request, the request's own
@@ -87,7 +88,7 @@ from fastapi.responses import Response
 
 from bench.cli import documented_parser
 from bench.local_server import free_port
-from bench.wrk_load import run_wrk, wrk_executable
+from bench.wrk_load import load_client, run_wrk, wrk_executable
 
 T = TypeVar("T")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -760,6 +761,13 @@ def gateway_main(args: argparse.Namespace) -> int:
             f"--before runs its gateways under --before-http {args.before_http}, which --http "
             f"({' '.join(args.http)}) must name: add it to --http or pass --before-http {args.http[0]}"
         )
+    chosen = load_client(args.load_client)
+    if args.load_client == "auto" and chosen == "httpx" and not args.quiet:
+        print(
+            "load client: httpx (no wrk on PATH: `apt-get install wrk` for more than ~300 req/s)",
+            file=sys.stderr,
+        )
+    args.load_client = chosen  # the report's args name the client used
     if args.load_client == "wrk":
         wrk_executable()  # before minutes of start-up, not after
     prompts = [
@@ -811,6 +819,7 @@ def gateway_main(args: argparse.Namespace) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
     print(format_table(summary, settings))
+    print(f"load client: {args.load_client}, {args.concurrency} in flight for {args.seconds:g} s a round")
     for name, tops in profiles.items():
         print(
             f"\nprofile of {name} ({tops['samples'][0][1]:.0f} samples): top self | top cumulative, % of samples"
@@ -877,10 +886,10 @@ def add_subcommand(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--load-client",
-        choices=("httpx", "wrk"),
-        default="httpx",
-        help="the throughput run's client: httpx (Python, ~300 req/s ceiling on 2 cores) or wrk (C; "
-        "apt-get install wrk)",
+        choices=("auto", "httpx", "wrk"),
+        default="auto",
+        help="the throughput run's client: httpx (Python, ~300 req/s ceiling on 2 cores), wrk (C; "
+        "apt-get install wrk) or auto (wrk where installed, else httpx)",
     )
     parser.add_argument("--prompts", type=int, default=32, help="distinct prompts (embedded in the warm-up)")
     parser.add_argument("--upstream-delay-ms", type=float, default=0.7)

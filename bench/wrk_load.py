@@ -110,6 +110,15 @@ def script(bodies_file: Path, path: str, headers: dict[str, str], cycle: bool) -
     }
 
 
+def load_client(choice: str) -> str:
+    """The throughput run's client for ``--load-client choice``: ``auto`` is wrk where it is on PATH,
+    else httpx (the Python client tops out near 300 requests per second on two cores, below what the
+    systems serve, so a run with it measures the client rather than the servers)."""
+    if choice != "auto":
+        return choice
+    return "wrk" if shutil.which("wrk") is not None else "httpx"
+
+
 def wrk_executable() -> str:
     found = shutil.which("wrk")
     if found is None:

@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse
 from bench.cli import main
 from bench.gateway_bench import System, feedback_system, wrk_bodies
 from bench.local_server import serving
-from bench.wrk_load import LoadError, lua_string, run_wrk, script
+from bench.wrk_load import LoadError, load_client, lua_string, run_wrk, script
 from tests.debian import installed
 
 
@@ -112,3 +112,17 @@ def test_without_wrk_the_command_fails_at_once_with_what_to_install(
     monkeypatch.setenv("PATH", "/nonexistent")
     assert main(["gateway", "--load-client", "wrk", "--stacks", "sqlite"]) == 2
     assert "apt-get install wrk" in capsys.readouterr().err
+
+
+def test_the_default_load_client_is_wrk_where_installed_else_httpx(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert load_client("auto") == "httpx"
+    assert load_client("wrk") == "wrk"  # named: kept, and refused later if missing
+    fake = tmp_path / "wrk"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert load_client("auto") == "wrk"
+    assert load_client("httpx") == "httpx"
