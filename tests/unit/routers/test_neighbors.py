@@ -222,8 +222,9 @@ def test_hnsw_at_defaults_by_precision(given: dict[str, Any], precision: str, hn
 @pytest.mark.parametrize("hnsw_at", [10**6, 500])
 def test_a_float16_store_searches_within_half_precision_of_float32(hnsw_at: int) -> None:
     """The same points in a float32 and a float16 store (exact, or HNSW from 500 points): every distance
-    within 2^-11 of the float32 one (|<q, x - fp16(x)>| <= 2^-11 |q| |x|), the neighbours the same but
-    where two lie within that of each other, and the state round trip keeps the float16 index."""
+    within 2^-11 of the float32 one (|<q, x - fp16(x)>| <= 2^-11 |q| |x|) and the neighbours the same but
+    where two lie within that of each other (exact); none nearer than that allows (both); the state round
+    trip keeps the float16 index."""
     rng = np.random.default_rng(12)
     x = _unit(rng, 3000, 64)
     y = rng.random(3000)
@@ -242,7 +243,8 @@ def test_a_float16_store_searches_within_half_precision_of_float32(hnsw_at: int)
             apart = np.diff(d32) > 2 * 2.0**-11  # ranks i and i + 1 farther apart than two roundings
             for i in np.flatnonzero(apart):  # then the first i + 1 neighbours are the same set
                 assert set(l16[: i + 1].tolist()) == set(l32[: i + 1].tolist())
-        assert np.abs(np.sort(d16)[:10] - d32[:10]).max() <= 2.0**-11 or half.hnsw
+        # any search's i-th nearest is no nearer than the true i-th nearest, less one rounding
+        assert np.all(d16 >= d32[: d16.shape[0]] - 2.0**-11)
     copy = ArmNeighbors(64, hnsw_at=hnsw_at, ef_search=256, precision="float16")
     copy.load(half.state())
     q = _unit(rng, 1, 64)[0]
