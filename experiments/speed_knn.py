@@ -91,11 +91,8 @@ def run_size(n: int, args: argparse.Namespace, bar: tqdm, real: RealPrompts | No
     arm_dirs = rng.standard_normal((args.arms, args.dim)).astype(np.float32)
     arm_dirs /= np.linalg.norm(arm_dirs, axis=1, keepdims=True)
     names = [f"m{j}" for j in range(args.arms)]
-    chosen_by_flag = {
-        "k_init": args.k_init,
-        "hnsw_at": args.hnsw_at,
-        "precision": args.precision,
-    }  # None: the policy's default
+    # None: the policy's default
+    chosen_by_flag = {"k_init": args.k_init, "hnsw_at": args.hnsw_at, "precision": args.precision}
     overrides = {name: value for name, value in chosen_by_flag.items() if value is not None}
     policy = KnnUCB(
         arms=names,

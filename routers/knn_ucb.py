@@ -128,11 +128,11 @@ from routers.hyperparameters import (
     NonNegative,
     PositiveCount,
 )
-from routers.neighbors import ArmNeighbors, CompactionJob, KChoice, adaptive_k
+from routers.neighbors import ArmNeighbors, CompactionJob, KChoice, Precision, adaptive_k
 
 # Where an exact select stops being cheaper than HNSW's, by how the vectors are stored: measured on real
 # prompt embeddings (docs/policies/knn-ucb.md, "Where the exact index ends" and "Half precision").
-HNSW_AT: dict[str, int] = {"float32": 8192, "float16": 16384}
+HNSW_AT: dict[Precision, int] = {"float32": 8192, "float16": 16384}
 
 PRESETS: dict[str, dict[str, Any]] = {
     "scale-free": {
@@ -207,7 +207,7 @@ class KnnUCBHyperparameters(Hyperparameters):
         description="points at which an arm's index becomes HNSW (null: 16384 in float16, 8192 in float32)",
     )
     hnsw_m: Annotated[int, Field(ge=2, le=1024)] = Field(32, description="HNSW graph degree")
-    precision: Literal["float32", "float16"] = Field(
+    precision: Precision = Field(
         "float16", description="how an arm stores its vectors (float16: half the bytes a select reads)"
     )
     ef_search: PositiveCount = 32

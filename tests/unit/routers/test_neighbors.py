@@ -12,6 +12,16 @@ from routers.base import Context, Observation
 from routers.knn_ucb import KnnUCB
 from routers.neighbors import ArmNeighbors, adaptive_k, brute_force_k, hnsw_recall
 
+# float16 keeps 11 significant bits: a component moves by at most 2^-11 of itself (2^-25 among the
+# subnormals), so an inner product of unit vectors, hence a distance, by at most 2^-11
+HALF = 2.0**-11
+
+
+def _rounded_to_float16(stored: np.ndarray, given: np.ndarray) -> bool:
+    """Whether ``stored`` is ``given`` rounded to float16: within its rounding, and rounding again is a no-op."""
+    within = np.all(np.abs(stored - given) <= HALF * np.abs(given) + 2.0**-25)
+    return bool(within) and np.array_equal(stored.astype(np.float16).astype(np.float32), stored)
+
 
 def _unit(rng: np.random.Generator, n: int, d: int) -> np.ndarray:
     x = rng.normal(size=(n, d)).astype(np.float32)
@@ -196,9 +206,7 @@ def test_a_default_knn_ucb_arm_is_exact_below_16384_points() -> None:
     store = policy._stores["a"]
     assert not store.hnsw and store.precision == "float16"
     stored, _ = store.all_points()
-    rounding = 2.0**-11 * np.abs(x[: n - 1]) + 2.0**-25  # float16's, at most
-    assert np.all(np.abs(stored - x[: n - 1]) <= rounding)
-    np.testing.assert_array_equal(stored.astype(np.float16).astype(np.float32), stored)
+    assert _rounded_to_float16(stored, x[: n - 1])
     for q in _unit(rng, 20, 8):
         got = adaptive_k(store, q, 0.3, 2.0, 256)
         want = brute_force_k(stored, y[: n - 1], q, 0.3, 2.0, 256)
@@ -237,14 +245,14 @@ def test_a_float16_store_searches_within_half_precision_of_float32(hnsw_at: int)
         d32, _ = wide.search(q, 50)
         d16, _ = half.search(q, 50)
         if not half.hnsw:
-            assert np.abs(d16 - d32).max() <= 2.0**-11
+            assert np.abs(d16 - d32).max() <= HALF
             _, l32 = wide.search_labels(q, 50)
             _, l16 = half.search_labels(q, 50)
-            apart = np.diff(d32) > 2 * 2.0**-11  # ranks i and i + 1 farther apart than two roundings
+            apart = np.diff(d32) > 2 * HALF  # ranks i and i + 1 farther apart than two roundings
             for i in np.flatnonzero(apart):  # then the first i + 1 neighbours are the same set
                 assert set(l16[: i + 1].tolist()) == set(l32[: i + 1].tolist())
         # any search's i-th nearest is no nearer than the true i-th nearest, less one rounding
-        assert np.all(d16 >= d32[: d16.shape[0]] - 2.0**-11)
+        assert np.all(d16 >= d32[: d16.shape[0]] - HALF)
     copy = ArmNeighbors(64, hnsw_at=hnsw_at, ef_search=256, precision="float16")
     copy.load(half.state())
     q = _unit(rng, 1, 64)[0]
@@ -262,7 +270,7 @@ def test_a_float16_store_compacts_to_the_same_points() -> None:
     store.compact()
     after = store.all_points()
     np.testing.assert_array_equal(before[0], after[0])
-    assert np.all(np.abs(after[0] - x[300:]) <= 2.0**-11 * np.abs(x[300:]) + 2.0**-25)
+    assert _rounded_to_float16(after[0], x[300:])
     np.testing.assert_array_equal(after[1], np.arange(300.0, 400.0))
 
 
