@@ -18,6 +18,13 @@ from app.settings import Settings
 from app.warm_start_client import BACKOFF_S, BATCH_BYTES, RETRIES
 
 
+def cmd_settings_doc(args: argparse.Namespace) -> int:
+    from app.settings_doc import settings_markdown
+
+    sys.stdout.write(settings_markdown())
+    return 0
+
+
 def cmd_migrate(args: argparse.Namespace) -> int:
     from app.store.migrate import upgrade
 
@@ -233,19 +240,25 @@ def cmd_worker(rest: list[str]) -> int:
     return int(module.main(rest[1:]))
 
 
+DESCRIPTION = (
+    "banditgate: a model-routing gateway that learns which LLM or image model to call for each prompt. "
+    "Settings come from BANDITGATE_* environment variables (docs/settings.md)."
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="banditgate", description=__doc__)
+    parser = argparse.ArgumentParser(prog="banditgate", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the gateway (uvicorn)")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
     serve.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (>1 needs Redis)")
     serve.add_argument("--no-access-log", action="store_true", help="no line per request on stderr")
     serve.set_defaults(func=cmd_serve)
 
     migrate = sub.add_parser("migrate", help="apply database migrations (Alembic)")
-    migrate.add_argument("--revision", default="head")
+    migrate.add_argument("--revision", default="head", help="target revision (default: the latest)")
     migrate.set_defaults(func=cmd_migrate)
 
     demo = sub.add_parser("demo", help="migrate, create a demo tenant and router, and serve")
@@ -285,7 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("BANDITGATE_ADMIN_KEY"),
         help="the gateway's admin key (default: $BANDITGATE_ADMIN_KEY, which keeps it out of the process list)",
     )
-    warm.add_argument("--tenant", required=True)
+    warm.add_argument("--tenant", required=True, help="the tenant that owns the router")
     warm.add_argument("--router", required=True, help="the router to teach")
     source = warm.add_mutually_exclusive_group(required=True)
     source.add_argument("--dataset", type=Path, help="a replay dataset directory (every model's outcome)")
@@ -323,6 +336,11 @@ def build_parser() -> argparse.ArgumentParser:
     warm.add_argument("--timeout", type=float, default=300.0, help="HTTP timeout per batch (s)")
     warm.add_argument("--quiet", action="store_true", help="no progress bar")
     warm.set_defaults(func=cmd_warm_start)
+
+    settings_doc = sub.add_parser(
+        "settings-doc", help="print every setting as a Markdown table (the page docs/settings.md)"
+    )
+    settings_doc.set_defaults(func=cmd_settings_doc)
 
     sub.add_parser("bench", help="offline replay benchmarks (banditgate bench --help)", add_help=False)
     sub.add_parser("worker", help="background workers: snapshot, embed (banditgate worker NAME --help)")
