@@ -14,16 +14,20 @@ LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 FENCE = re.compile(r"^(```|~~~)")
 
 
-def prose(text: str) -> str:
-    """The page without its fenced code blocks and inline code spans, where brackets are not links."""
+def unfenced(text: str) -> list[str]:
+    """The page's lines outside fenced code blocks."""
     kept, fenced = [], False
     for line in text.splitlines():
         if FENCE.match(line.lstrip()):
             fenced = not fenced
-            continue
-        if not fenced:
-            kept.append(re.sub(r"`[^`]*`", "", line))
-    return "\n".join(kept)
+        elif not fenced:
+            kept.append(line)
+    return kept
+
+
+def prose(text: str) -> str:
+    """The page without its code blocks and inline code spans, where brackets are not links."""
+    return "\n".join(re.sub(r"`[^`]*`", "", line) for line in unfenced(text))
 
 
 def slug(heading: str) -> str:
@@ -36,7 +40,7 @@ def slug(heading: str) -> str:
 def anchors(page: Path) -> set[str]:
     found: set[str] = set()
     counts: dict[str, int] = {}
-    for line in prose(page.read_text(encoding="utf-8")).splitlines():
+    for line in unfenced(page.read_text(encoding="utf-8")):
         match = re.match(r"#{1,6}\s+(.*)", line)
         if match:
             base = slug(match.group(1))
