@@ -153,7 +153,7 @@ def _check_range(value: list[float] | None) -> list[float] | None:
 
 
 class EmbedTextConfig(Strict):
-    """What of each prompt the router's embedder reads (embeddings/prompt_text.py, README "Router settings")."""
+    """What of each prompt the router's embedder reads (embeddings/prompt_text.py, docs/guide.md "Router settings")."""
 
     strategy: Text = Field(DEFAULT_STRATEGY, description=f"one of {', '.join(STRATEGIES)}")
     max_tokens: int | None = Field(

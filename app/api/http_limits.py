@@ -66,8 +66,8 @@ class HttpLimits(SettingsView):
         return max(self.max_body_bytes, self.max_feedback_batch * per_event)
 
     def body_limit(self, path: str, authorized: bool) -> int:
-        """The largest body of a request to ``path``: the one table of the body limits (README's
-        settings table and docs/security.md list it). ``authorized``: the request carries an
+        """The largest body of a request to ``path``: the one table of the body limits (docs/settings.md
+        and docs/security.md list it). ``authorized``: the request carries an
         ``Authorization`` header; without one every path gets ``max_body_bytes``."""
         if authorized:
             if OBSERVATIONS_PATH.match(path):

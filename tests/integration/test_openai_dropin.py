@@ -397,7 +397,7 @@ async def test_a_streamed_ensemble_without_usage_gets_the_estimate(
 
 
 async def test_readme_feedback_snippet(stack: Stack, fake: FakeBackends) -> None:
-    """The README's snippet: the decision id from the completion's ``banditgate`` field, then one POST."""
+    """docs/guide.md's snippet: the decision id from the completion's ``banditgate`` field, then one POST."""
     app = gateway_app(stack)
     async with running(app) as http:
         ok = await add_backend(client=http, fake=fake, behaviour="ok")
