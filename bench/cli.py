@@ -32,9 +32,12 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
 
 def documented_parser(subparsers: Any, name: str, help: str, doc: str | None) -> argparse.ArgumentParser:
     """Subcommand ``name``'s parser, its ``--help`` description the module doc ``doc`` with its line
-    breaks kept."""
+    breaks kept and its reStructuredText code marks (double backquotes) dropped."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
-        name, help=help, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+        name,
+        help=help,
+        description=None if doc is None else doc.replace("``", ""),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     return parser
 

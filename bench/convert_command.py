@@ -1,7 +1,7 @@
 """``bench convert SET``: public evaluation data -> the replay format (docs/datasets.md).
 
-The RouteLLM text sets (``mmlu``, ``gsm8k``, ``mt-bench``: ``bench.convert_routellm``) and the
-text-to-image rating sets (``agiqa3k``, ``tifa160``: ``bench.convert_images``).
+The RouteLLM text sets (``mmlu``, ``gsm8k``, ``mt-bench``) and the text-to-image rating sets
+(``agiqa3k``, ``tifa160``), read from ``--data``.
 """
 
 from __future__ import annotations

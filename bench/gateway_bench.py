@@ -18,7 +18,7 @@ For every system, in alternation (round r measures each system once before round
   With ``--interleave B`` (default 25) the systems take turns in blocks of B back-to-back requests (the
   upstream's own among them), so each system's p50 and the upstream's come from the same stretch of
   time and a slow spell of a shared machine weighs on all of them alike; ``--interleave 0`` runs each
-  system's requests all at once, one system after another (passes 1-10 of docs/benchmarks.md). Within a
+  system's requests all at once, one system after another. Within a
   block requests still follow each other at once, so work a server does after answering still meets
   the next request;
 - throughput: ``--seconds`` seconds at ``--concurrency`` requests in flight; requests per second. The
@@ -55,8 +55,8 @@ as the server reports them, SQLite ``journal_mode=WAL, synchronous=NORMAL`` as a
 
     banditgate bench gateway --rounds 3 --json /tmp/gw.json
 
-bench/ never imports app/: the gateway runs as ``python -m app.cli serve``. Loopback only; every loop is
-bounded in count and time.
+The gateway runs as ``python -m app.cli serve`` from the working directory. Loopback only; every loop
+is bounded in count and time.
 """
 
 from __future__ import annotations

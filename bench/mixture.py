@@ -1,4 +1,5 @@
-"""Benchmark of the diversity-aware mixture policies (issue 5): ``python -m bench.mixture ...``.
+"""Benchmark of the diversity-aware mixture policies: ``banditgate bench mixture ...`` (or
+``python -m bench.mixture ...``).
 
 Subcommands:
 
@@ -31,6 +32,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from bench.cli import documented_parser
 from bench.mixture_datasets import (
     MixtureDataset,
     gaussian_dataset,
@@ -413,8 +415,8 @@ def _print_summary(report: dict[str, Any]) -> None:
 
 def add_subcommand(subparsers: Any) -> None:
     """``banditgate bench mixture ...`` (registered in bench/cli.py)."""
-    parser = subparsers.add_parser(
-        "mixture", help="diversity-aware mixture policies on a pool-of-outputs dataset", description=__doc__
+    parser = documented_parser(
+        subparsers, "mixture", "diversity-aware mixture policies on a pool-of-outputs dataset", __doc__
     )
     add_arguments(parser)
     parser.set_defaults(handler=run)

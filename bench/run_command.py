@@ -371,7 +371,7 @@ def add_subcommand(subparsers: Any) -> None:
             "Replay each policy on seeds 0..S-1 (T prompts in a random order without repeats unless --draws "
             "with-replacement, the same draws for every policy) against the best single model, the "
             "per-prompt oracle, uniform random and the full-information kNN ceiling. "
-            "Definitions and the JSON contract: docs/benchmarks.md."
+            "Definitions and the JSON contract: docs/bench-report.md."
         ),
     )
     add_replay_arguments(parser, seeds=10)

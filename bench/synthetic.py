@@ -1,5 +1,5 @@
-"""Synthetic replay datasets (``bench synth linear|balrog``); parameters are fixed and documented in
-docs/benchmarks.md.
+"""Synthetic replay datasets (``bench synth linear|balrog``); parameters are fixed and documented
+below.
 
 ``linear``: tiny and fast, for tests and smoke runs. Each row carries a ``context`` vector x (unit, d-dim,
 standard normal before normalising); model k's true mean is ``0.5 + 0.4 * <x, theta_k>`` (theta_k unit,
@@ -149,7 +149,7 @@ def balrog_dataset(
     ]
     description = (
         f"synthetic BALROG-like: {len(prompts)} MMLU stems, 6 simulated generators, CLIPScore-like rewards "
-        f"(seed {seed}, embedder {embedder}; parameters in docs/benchmarks.md)"
+        f"(seed {seed}, embedder {embedder}; parameters: bench synth --help)"
     )
     extra: dict[str, Any] = {"anchors": {name: anchors[k].tolist() for k, name in enumerate(BALROG_ARMS)}}
     return write_dataset(directory, models, rows, BALROG_RANGE, description, generator=extra)

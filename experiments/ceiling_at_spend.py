@@ -1,5 +1,5 @@
-"""Issue 15's cost target (b), second half: does a policy earn within ``--tolerance`` (0.01) of the
-``knn-ceiling`` swept to the same cost? (docs/benchmarks.md, "Trusted routing targets".)
+"""Does a policy earn within ``--tolerance`` (0.01) of the ``knn-ceiling`` swept to the same cost?
+(docs/benchmarks.md, "Trusted routing: safety floor and cost target".)
 
 Reads a ``bench frontier`` report (its ``knn_ceiling`` points, one per lambda, exact on all prompts) and
 one or more ``bench run`` reports on the same dataset, and prints per policy of those runs its mean

@@ -182,7 +182,12 @@ def resolve_device(device: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="banditgate worker embed", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="banditgate worker embed",
+        description="Embed prompts for the gateways in batches, read from a Redis stream (set "
+        "BANDITGATE_EMBED_POOL=true on the gateways). Several workers share the load; a request a worker "
+        "does not answer within BANDITGATE_EMBED_TIMEOUT_S is embedded by its gateway instead.",
+    )
     parser.add_argument("--device", default=None, help="torch device (default: BANDITGATE_EMBEDDER_DEVICE)")
     args = parser.parse_args(argv)
     settings = Settings()

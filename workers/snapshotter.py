@@ -113,7 +113,12 @@ async def run(settings: Settings, once: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="banditgate worker snapshot", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="banditgate worker snapshot",
+        description="Fold each router's event log into periodic policy snapshots in the database (needs "
+        "Postgres), so a starting gateway replays only the events since the last snapshot. Runs every "
+        "BANDITGATE_SNAPSHOT_INTERVAL_S seconds and keeps BANDITGATE_SNAPSHOT_KEEP snapshots per router.",
+    )
     parser.add_argument("--once", action="store_true", help="take one round of snapshots and exit")
     args = parser.parse_args(argv)
     settings = Settings()

@@ -2,7 +2,7 @@
 
 httptools (llhttp) buffers a header of any length before handing it over, so a client could make the
 server hold a 1 GB head in memory; h11 has a bound (``h11_max_incomplete_event_size``) but parses in
-pure Python, which costs every request (docs/benchmarks.md, "The hot path"). This protocol counts the
+pure Python, which costs every request CPU (``bench gateway --http h11``). This protocol counts the
 bytes fed to the parser while a request's head is open (from the end of one message to the end of the
 next one's headers) and, past ``max_header_bytes`` (passed as uvicorn's ``h11_max_incomplete_event_size``,
 the same setting h11 reads), answers 431 and closes the connection: at most one read buffer more than

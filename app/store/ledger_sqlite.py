@@ -9,7 +9,7 @@ Inline (``inline=True``, setting ``ledger_inline``): an item that finds the writ
 queued, no batch being served) while ``busy()`` is false (the app: this process serves no request but
 the one writing, app/api/in_flight.py) is served on the event loop instead, on a second connection,
 which saves the hand-off to the thread and back (two thread wake-ups: 0.1-0.6 ms of a ``/route`` or
-``/feedback`` on a 2-core machine, docs/benchmarks.md, "Results, pass 12"). Under concurrent load the
+``/feedback`` on a 2-core machine, measured with ``bench gateway``). Under concurrent load the
 thread keeps the work: there SQLite runs off the loop and concurrent writes share a commit. What keeps
 the loop from stalling on an inline item:
 
