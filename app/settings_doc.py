@@ -30,6 +30,11 @@ OTHER_VARIABLES: tuple[tuple[str, str, str], ...] = (
     ),
     ("PORT", "`8000`", "`scripts/run.sh`: the port the demo serves on (127.0.0.1)"),
     (
+        "BANDITGATE_CACHE_DIR",
+        "`~/.cache/banditgate`",
+        "`banditgate bench`: where prompt embeddings (and the mixture datasets' MiniLM vectors) are cached",
+    ),
+    (
         "TORCH_INDEX_URL",
         "unset",
         "`scripts/install.sh` (and so `run.sh`, `test.sh`): the pip index torch is installed from, e.g. "

@@ -346,7 +346,12 @@ def add_replay_arguments(parser: argparse.ArgumentParser, seeds: int) -> None:
         help="reward units per USD (utility = reward - lambda * cost); cost-aware policies: cost_weight",
     )
     parser.add_argument("--embedder", default="minilm", help="embedder name (default minilm)")
-    parser.add_argument("--cache-dir", type=Path, default=None, help="embedding cache (default see docs)")
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        help="embedding cache folder (default $BANDITGATE_CACHE_DIR/embeddings, else ~/.cache/banditgate/embeddings)",
+    )
     parser.add_argument(
         "--embed-text",
         type=EmbedText.parse,

@@ -184,7 +184,9 @@ def add_subcommand(subparsers: Any) -> None:
         help="balrog: data directory holding routellm/ (default ../shared/data)",
     )
     parser.add_argument("--embedder", default="minilm", help="balrog: embedder for the anchors")
-    parser.add_argument("--cache-dir", type=Path, default=None)
+    parser.add_argument(
+        "--cache-dir", type=Path, default=None, help="balrog: embedding cache folder (as bench run)"
+    )
     parser.set_defaults(handler=_with_defaults)
 
 
