@@ -268,8 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     replay = sub.add_parser("replay-backends", help="serve a replay dataset's models as OpenAI backends")
     replay.add_argument("--dataset", required=True, help="directory with models.json and rows.jsonl")
-    replay.add_argument("--host", default="127.0.0.1")
-    replay.add_argument("--port", type=int, default=8100)
+    replay.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    replay.add_argument("--port", type=int, default=8100, help="port to listen on (default 8100)")
     replay.add_argument(
         "--api-key", default=None, help="the Bearer key callers must send (default BANDITGATE_REPLAY_API_KEY)"
     )
