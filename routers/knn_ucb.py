@@ -111,7 +111,6 @@ from routers.base import (
     CounterUse,
     Decision,
     Observation,
-    PolicyBase,
     RngSource,
     argmax_random_tie,
     candidate_arms,
@@ -129,6 +128,7 @@ from routers.hyperparameters import (
     PositiveCount,
 )
 from routers.neighbors import ArmNeighbors, CompactionJob, KChoice, Precision, adaptive_k
+from routers.policy_base import PolicyBase
 
 # Where an exact select stops being cheaper than HNSW's, by how the vectors are stored: measured on real
 # prompt embeddings (docs/policies/knn-ucb.md, "Where the exact index ends" and "Half precision").
