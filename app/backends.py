@@ -32,7 +32,7 @@ import orjson
 from app.redaction import redacted_excerpt
 from app.settings import Settings
 from app.store.models import Backend
-from routers.replay_format import call_cost
+from routers.prices import call_cost
 
 log = logging.getLogger(__name__)
 

@@ -130,7 +130,7 @@ def cmd_replay_backends(args: argparse.Namespace) -> int:
     import uvicorn
 
     from app.api.http_limits import HttpLimits
-    from app.replay_backends import load_dataset, replay_app
+    from app.replay_backends import ReplayDataset, replay_app
 
     settings = Settings()
     api_key = args.api_key or (
@@ -139,7 +139,7 @@ def cmd_replay_backends(args: argparse.Namespace) -> int:
     if api_key is None:
         api_key = "rpl_" + secrets.token_urlsafe(24)
         print(f"no --api-key nor BANDITGATE_REPLAY_API_KEY: calls need 'Bearer {api_key}'", flush=True)
-    dataset = load_dataset(args.dataset)
+    dataset = ReplayDataset.read(args.dataset)
     print(f"serving {', '.join(dataset.names)} at http://{args.host}:{args.port}/<model>/v1", flush=True)
     app = replay_app(dataset, api_key, HttpLimits.of(settings))
     uvicorn.run(app, host=args.host, port=args.port, **server_limits(settings))
@@ -149,7 +149,7 @@ def cmd_replay_backends(args: argparse.Namespace) -> int:
 def cmd_replay_evaluator(args: argparse.Namespace) -> int:
     import httpx
 
-    from app.replay_backends import load_dataset
+    from app.replay_backends import ReplayDataset
     from app.replay_evaluator import run_evaluator
 
     async def run() -> int:
@@ -157,7 +157,7 @@ def cmd_replay_evaluator(args: argparse.Namespace) -> int:
             summary = await run_evaluator(
                 client,
                 args.api_key,
-                load_dataset(args.dataset),
+                ReplayDataset.read(args.dataset),
                 router=args.router,
                 limit=args.limit,
                 block=args.block,

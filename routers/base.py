@@ -196,12 +196,21 @@ def decision_rng(seed: int, key: int | str) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence([seed, key]))
 
 
+def generator_key(decision_id: str, request_seed: int | None = None) -> int:
+    """The ``key`` of a gateway decision's generator (``decision_rng(seed, key)``): the client's request
+    ``seed`` when it sent one, else the decision id's first 64 bits (its first 16 hex digits). So
+    replicas with the same learned state make the same choice for the same decision, whatever else they
+    served, and a client that replays the same seeded requests gets the same choices: ``bench e2e``
+    sends round t as the seed, so the gateway draws what the simulator's ``round_rng(t)`` draws."""
+    return int(request_seed) if request_seed is not None else int(decision_id[:16], 16)
+
+
 class KeyedRng:
     """``decision_rng(seed, key)``, built on the first call and the same generator on every call after it.
 
     Most selects draw nothing (a policy's index rarely ties, and ``always`` or kNN-UCB draw only then),
     while building a generator from a seed sequence takes about 0.1 ms of a gateway request's CPU on
-    the development machine (issue 13's profile): so a decision's generator is made when a policy first
+    the development machine (profiled per request): so a decision's generator is made when a policy first
     draws from it, and its draws are the same numbers as an eagerly built one's."""
 
     __slots__ = ("_generator", "key", "seed")

@@ -21,7 +21,7 @@ from sqlalchemy import select
 
 from app.main import create_app
 from app.store.models import FeedbackEvent
-from bench.dataset import write_dataset
+from replay_dataset.files import write_dataset
 from routers.base import decode_state
 from tests.conftest import ADMIN_KEY, Stack, Tenancy, admin_headers, bearer, make_tenancy, running, unique
 from tests.fake_backend import FakeBackends
