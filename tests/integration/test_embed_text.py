@@ -9,12 +9,13 @@ from sqlalchemy import select
 
 from app.main import create_app
 from app.store.models import DecisionRow
+from bench import mmlu_questions as questions
 from embeddings.minilm import load_minilm, load_wordpieces
 from embeddings.prompt_text import EmbedText, embedding_texts, pool
 from routers.base import Context, Observation
 from routers.registry import build_policy
 from tests.conftest import Stack, admin_headers, bearer, make_tenancy, running
-from tests.mmlu_prompts import mmlu_questions
+from tests.mmlu_prompts import TOPICS, mmlu_questions
 
 MATH = ["elementary_mathematics", "high_school_mathematics"]
 HUMANITIES = ["prehistory", "world_religions"]
@@ -27,13 +28,7 @@ def distinct(vectors: np.ndarray) -> int:
 
 def few_shot_prefix(subject: str, title: str) -> str:
     """A few-shot template of at least ``PREFIX_PIECES`` MiniLM word pieces from one MMLU subject."""
-    tokenizer = load_wordpieces()
-    prefix = f"The following are questions (with answers) about {title}.\n\n"
-    for question in mmlu_questions([subject], 80):
-        if len(tokenizer.spans(prefix)) >= PREFIX_PIECES:
-            return prefix
-        prefix += question + "\nAnswer: A\n\n"
-    raise AssertionError("the subject is too short for the prefix")
+    return questions.few_shot_prefix(TOPICS, subject, title, PREFIX_PIECES)
 
 
 def embed(prompts: list, rule: EmbedText) -> np.ndarray:
