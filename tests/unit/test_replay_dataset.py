@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from app.cli import main as cli_main
 from app.replay_backends import ReplayDataset, replay_answer
 from bench.dataset import load_dataset as bench_load
 from replay_dataset.files import (
@@ -50,7 +52,7 @@ def write(root: Path, meta: dict[str, object], rows: list[dict[str, object]]) ->
 
 def test_the_writer_and_the_reader_round_trip(tmp_path: Path) -> None:
     models = [{"name": "a", "usd_per_call": 0.5}, {"name": "b/c", "default_tokens_out": 10}]
-    rows = [
+    rows: list[dict[str, Any]] = [
         {"id": "x", "prompt": "hi", "rewards": {"a": 1, "b/c": [0, 1]}, "topic": "t", "group": 3},
         {"prompt": "yo", "rewards": {"a": 0.5, "b/c": 0.25}, "tokens_in": {"a": 7}},
     ]
@@ -71,7 +73,7 @@ def test_the_writer_and_the_reader_round_trip(tmp_path: Path) -> None:
 
 def test_token_counts_are_logged_else_estimated_from_characters(tmp_path: Path) -> None:
     meta = {"models": [{"name": "a"}, {"name": "b", "default_tokens_out": 9}], "reward_range": [0, 1]}
-    row = {
+    row: dict[str, object] = {
         "prompt": "x" * 10,
         "rewards": {"a": 1, "b": 0},
         "tokens_in": {"a": 3},
@@ -97,7 +99,10 @@ def test_the_gateway_and_the_bench_read_a_dataset_alike(tmp_path: Path) -> None:
         "models": [{"name": "a", "usd_per_mtok_in": 1.0, "default_tokens_out": 100}],
         "reward_range": [0, 1],
     }
-    rows = [{"id": "r1", "prompt": "hi", "rewards": {"a": 1.0}}, {"id": "r2", "prompt": "no reward"}]
+    rows: list[dict[str, object]] = [
+        {"id": "r1", "prompt": "hi", "rewards": {"a": 1.0}},
+        {"id": "r2", "prompt": "no reward"},
+    ]
     root = write(tmp_path / "ok", meta, rows)
     served, replayed = ReplayDataset.read(root), bench_load(root)
     assert served.models == replayed.models == [ModelPrice("a", 1.0, 0.0, 0.0, 100)]
@@ -136,3 +141,20 @@ def test_an_unknown_prompt_gets_a_placeholder_billed_in_whole_tokens(tmp_path: P
     served = ReplayDataset.read(write(tmp_path / "d", meta, [{"prompt": "known", "rewards": {"a": 1}}]))
     text, tokens_in, tokens_out = replay_answer(served, served.models[0], "12345")
     assert "no logged answer" in text and (tokens_in, tokens_out) == (2, math.ceil(7.5))
+
+
+@pytest.mark.parametrize(
+    "command", [["replay-backends", "--api-key", "k"], ["replay-evaluator", "--api-key", "k"]]
+)
+def test_the_cli_refuses_a_malformed_dataset_in_one_line(
+    tmp_path: Path, command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = write(tmp_path / "d", {"models": [{"name": "a"}], "reward_range": [1, 0]}, [])
+    extra = ["--gateway", "http://127.0.0.1:9"] if command[0] == "replay-evaluator" else []
+    with pytest.raises(SystemExit) as exit_:
+        cli_main([*command, *extra, "--dataset", str(root)])
+    assert exit_.value.code == 2
+    assert (
+        capsys.readouterr().err
+        == f"error: {root / 'models.json'}: 'reward_range' must be [lo, hi] with lo < hi, got [1, 0]\n"
+    )
