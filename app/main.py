@@ -191,7 +191,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     # Starlette tries the routes in order, so the request path's come first: a forwarded request was
-    # matched against about ten admin routers before reaching /v1 (issue 13's profile).
+    # otherwise matched against about ten admin routers before reaching /v1 (a profiled cost).
     modules = (
         openai,
         route,

@@ -1,5 +1,5 @@
 """``bench frontier``: reward against cost per request, for the references and each policy swept over its
-cost knob (issue 15, section 4; the form of RouteLLM's cost/quality plots).
+cost knob (the form of RouteLLM's cost/quality plots).
 
 On one dataset (P prompts, K models; rewards ``mean_reward[p, k]``, USD costs ``cost[p, k]``) it computes
 

@@ -1,4 +1,4 @@
-"""Benchmark of the diversity-aware mixture policies (issue 5): ``python -m bench.mixture ...``.
+"""Benchmark of the diversity-aware mixture policies: ``python -m bench.mixture ...``.
 
 Subcommands:
 

@@ -1,4 +1,4 @@
-"""Issue 15's cost target (b), second half: does a policy earn within ``--tolerance`` (0.01) of the
+"""A cost target's second test: does a policy earn within ``--tolerance`` (0.01) of the
 ``knn-ceiling`` swept to the same cost? (docs/benchmarks.md, "Trusted routing targets".)
 
 Reads a ``bench frontier`` report (its ``knn_ceiling`` points, one per lambda, exact on all prompts) and

@@ -1,5 +1,5 @@
 """Share of pulls on the worse of two prompt-independent arms (Bernoulli 0.80 vs 0.72) under five caps
-on kNN-UCB's k: k_max 32 (the first default), k <= N_g up to 256 (issue 12's first fix), k <=
+on kNN-UCB's k: k_max 32 (the first default), k <= N_g up to 256 (k over an arm's whole history), k <=
 max(32, ceil(sqrt N_g)), k <= max(32, ceil(N_g / 4)) and k <= max(32, ceil(N_g / 2)) (the default),
 each at most k_max = 256.
 16-d random unit prompts, T = 8000 rounds. With ``--topic-split``, the same caps on the embed-text

@@ -12,8 +12,7 @@ takes the write, in its thread otherwise); and, from ``--stages``'s timers, the 
 request awaits it and the request itself.
 
 ``--thread-ledger`` turns the ledger's inline path off (``BANDITGATE_LEDGER_INLINE=false``), so every
-write goes through its thread, as before 2632bac: what the hand-off costs (docs/benchmarks.md,
-"Results, pass 11" measured it with an unsafe experiment that this flag replaces).
+write goes through its thread: what the hand-off costs.
 
 experiments/ is not packaged and may import app/.
 """

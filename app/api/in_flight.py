@@ -2,8 +2,8 @@
 
 The SQLite ledger's inline path asks (app/store/ledger_sqlite.py): a write is committed on the event
 loop only while this process serves at most the request that makes it. Under concurrent load the
-writer's thread keeps the group commit and runs SQLite off the loop (bench gateway, docs/benchmarks.md,
-"Results, pass 12").
+writer's thread keeps the group commit and runs SQLite off the loop (measured with bench gateway,
+docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What the embedder sees (issue 12): prompts sharing a 1,500-piece prefix, with the real MiniLM; and the
+"""What the embedder sees: prompts sharing a 1,500-piece prefix, with the real MiniLM; and the
 gateway applying a router's embed-text rule."""
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def test_a_policy_learns_the_topic_split_behind_the_prefix(shared_prefix_set) ->
 
     The shared prefix compresses the distances (same-topic pairs 0.061 apart on average, other-topic pairs
     0.074), so the variogram finds no slope (l ~ 0) and only the cap on k keeps the estimate local: with k
-    allowed up to the arm's whole history (issue 12's first fix) it earned 0.51-0.59 here; the default cap
+    allowed up to the arm's whole history it earned 0.51-0.59 here; the default cap
     max(32, ceil(N_g / 2)) keeps k within the nearest half of an arm's points (docs/policies/knn-ucb.md,
     "The cap on k")."""
     _, vectors, topics = shared_prefix_set

@@ -1,4 +1,4 @@
-"""Warm start from logs (issue 15, section 3): rows uploaded to ``POST .../observations`` become offline
+"""Warm start from logs: rows uploaded to ``POST .../observations`` become offline
 events that the router's policy learns at once, once per row id, that survive a restart (a replay of
 the log and a snapshot rebuild), and that a second replica folds too. Both stacks."""
 
