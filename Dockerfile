@@ -38,6 +38,7 @@ COPY pyproject.toml README.md ./
 COPY app ./app
 COPY routers ./routers
 COPY embeddings ./embeddings
+COPY replay_dataset ./replay_dataset
 COPY workers ./workers
 COPY bench ./bench
 COPY migrations ./migrations

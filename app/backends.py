@@ -32,7 +32,7 @@ import orjson
 from app.redaction import redacted_excerpt
 from app.settings import Settings
 from app.store.models import Backend
-from routers.replay_format import call_cost
+from routers.prices import call_cost
 
 log = logging.getLogger(__name__)
 
@@ -141,8 +141,8 @@ def status_phrase(status: int) -> str:
 
 
 # backend URLs (and timeouts) a client keeps parsed, least recently used dropped first: far more than a
-# catalog holds. Both are immutable; parsing the URL on every call was about 12 us of its CPU (issue 13,
-# ``python -m experiments.backend_request``).
+# catalog holds. Both are immutable; parsing the URL on every call was about 12 us of its CPU
+# (``python -m experiments.backend_request``).
 PARSED_URLS = 4096
 
 

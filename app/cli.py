@@ -133,11 +133,23 @@ Watch it learn (replays {dataset}: maths is best on demo-large, everyday writing
     return _serve(args.host, args.port, 1)
 
 
+def read_replay_dataset(path: str) -> Any:
+    """The ``ReplayDataset`` at ``path``; a malformed one is a user error: one line, exit status 2."""
+    from app.replay_backends import ReplayDataset
+    from replay_dataset.files import DatasetError
+
+    try:
+        return ReplayDataset.read(path)
+    except DatasetError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 def cmd_replay_backends(args: argparse.Namespace) -> int:
     import uvicorn
 
     from app.api.http_limits import HttpLimits
-    from app.replay_backends import load_dataset, replay_app
+    from app.replay_backends import replay_app
 
     settings = Settings()
     api_key = args.api_key or (
@@ -146,7 +158,7 @@ def cmd_replay_backends(args: argparse.Namespace) -> int:
     if api_key is None:
         api_key = "rpl_" + secrets.token_urlsafe(24)
         print(f"no --api-key nor BANDITGATE_REPLAY_API_KEY: calls need 'Bearer {api_key}'", flush=True)
-    dataset = load_dataset(args.dataset)
+    dataset = read_replay_dataset(args.dataset)
     print(f"serving {', '.join(dataset.names)} at http://{args.host}:{args.port}/<model>/v1", flush=True)
     app = replay_app(dataset, api_key, HttpLimits.of(settings))
     uvicorn.run(app, host=args.host, port=args.port, **server_limits(settings))
@@ -156,15 +168,16 @@ def cmd_replay_backends(args: argparse.Namespace) -> int:
 def cmd_replay_evaluator(args: argparse.Namespace) -> int:
     import httpx
 
-    from app.replay_backends import load_dataset
     from app.replay_evaluator import run_evaluator
+
+    dataset = read_replay_dataset(args.dataset)
 
     async def run() -> int:
         async with httpx.AsyncClient(base_url=args.gateway, timeout=args.timeout) as client:
             summary = await run_evaluator(
                 client,
                 args.api_key,
-                load_dataset(args.dataset),
+                dataset,
                 router=args.router,
                 limit=args.limit,
                 block=args.block,

@@ -9,10 +9,11 @@ to the small, cheaper one. Generated from templates with a fixed seed, never dow
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
+
+from replay_dataset.files import write_dataset
 
 SAMPLES = 5
 MODELS = [
@@ -84,15 +85,5 @@ def demo_rows(n: int, seed: int = 0) -> list[dict[str, object]]:
 
 def write_demo_dataset(directory: str | Path, n: int = 240, seed: int = 0) -> Path:
     """Write ``models.json`` and ``rows.jsonl`` into ``directory`` (created if needed)."""
-    root = Path(directory)
-    root.mkdir(parents=True, exist_ok=True)
-    meta = {
-        "models": MODELS,
-        "reward_range": [0.0, 1.0],
-        "description": "banditgate demo: maths prompts need demo-large, everyday writing is best on demo-small",
-    }
-    (root / "models.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
-    with (root / "rows.jsonl").open("w", encoding="utf-8") as handle:
-        for row in demo_rows(n, seed):
-            handle.write(json.dumps(row) + "\n")
-    return root
+    description = "banditgate demo: maths prompts need demo-large, everyday writing is best on demo-small"
+    return write_dataset(directory, MODELS, demo_rows(n, seed), (0.0, 1.0), description)

@@ -29,17 +29,18 @@ from pydantic import AfterValidator, Field, StringConstraints
 
 from app.routing.errors import TooLarge
 from app.settings import SettingsView
+from routers.hyperparameters import MAX_NAME
 
 BIGINT_MAX = 2**63 - 1  # the largest id, seed or cursor a BIGINT column holds (Postgres and SQLite)
 
 # Column widths of app/store/models.py that client input lands in.
 TENANT_NAME_CHARS = 100
 ROUTER_NAME_CHARS = 100
-BACKEND_NAME_CHARS = 200
+BACKEND_NAME_CHARS = MAX_NAME  # a backend is an arm: routers/hyperparameters.py bounds its name
 KEY_NAME_CHARS = 100
 POLICY_CHARS = 100
-MODEL_CHARS = 200  # feedback.model, attempts.model, probes.model: a backend name
-ROW_ID_CHARS = 200  # feedback.row_id: an uploaded warm-start row's id
+MODEL_CHARS = MAX_NAME  # feedback.model, attempts.model, probes.model: a backend name
+ROW_ID_CHARS = MAX_NAME  # feedback.row_id: an uploaded warm-start row's id
 DECISION_ID_BOUND = 64  # ids are 32 characters; a longer bound keeps an unknown one a 404
 URL_CHARS = 2000  # Text columns; a bound on what a client may configure
 SECRET_CHARS = 4096  # a backend API key (stored encrypted in a Text column)

@@ -191,7 +191,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     # Starlette tries the routes in order, so the request path's come first: a forwarded request was
-    # matched against about ten admin routers before reaching /v1 (issue 13's profile).
+    # otherwise matched against about ten admin routers before reaching /v1 (a profiled cost).
     modules = (
         openai,
         route,
@@ -215,11 +215,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
         app.router.routes[0:0] = lean_routes([r for m in modules for r in m.router.routes], hot)
     if settings.replay_dataset:
-        from app.replay_backends import load_dataset, replay_app
+        from app.replay_backends import ReplayDataset, replay_app
 
         replay_key = settings.replay_api_key.get_secret_value() if settings.replay_api_key else None
         limits = HttpLimits.of(settings)
-        app.mount("/replay", replay_app(load_dataset(settings.replay_dataset), replay_key, limits))
+        app.mount("/replay", replay_app(ReplayDataset.read(settings.replay_dataset), replay_key, limits))
     app.include_router(admin_stats_router)
     app.include_router(admin_logs_router)
     if settings.metrics_enabled:

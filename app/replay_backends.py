@@ -1,18 +1,15 @@
 """Replay backends: every model of a logged dataset served as an OpenAI-compatible backend.
 
-A replay dataset is a directory with ``models.json``
-``{"models": [{"name", "usd_per_mtok_in", "usd_per_mtok_out", "usd_per_call", "default_tokens_out"?}],
-"reward_range": [lo, hi], "description"}`` and ``rows.jsonl``, one row a line:
-``{"id", "prompt", "rewards": {model: value or [samples]}, "tokens_in"?, "tokens_out"?,
-"responses"?: {model: text}}``; ``tokens_in``/``tokens_out`` are a number or a ``{model: number}``.
+The dataset is read by the format's one reader (``replay_dataset.files.read_dataset``, docs/datasets.md),
+as ``bench run`` reads it: the same rows, checked alike.
 
 ``replay_app(dataset)`` serves model ``m`` at ``/<m>/v1/chat/completions`` (streaming too) and
 ``/<m>/v1/images/generations``. The prompt (the messages' text joined by newlines, as the gateway embeds
 it) is looked up in the rows: the answer is the logged response, or a short placeholder naming the row,
 with the logged token counts as ``usage``; absent counts are estimated as the offline benchmark does
-(docs/datasets.md in the bench work): input = prompt characters / 4, output = response characters / 4, or
-the model's ``default_tokens_out`` (256) when no response is logged. Model names may contain ``/``. ``banditgate replay-backends``
-runs it; ``banditgate demo`` mounts it at ``/replay`` over a synthetic dataset (app/demo_dataset.py).
+(``ReplayRow.token_counts``: input = prompt characters / 4, output = response characters / 4, or the
+model's ``default_tokens_out`` when no response is logged), rounded up to whole tokens. Model names may
+contain ``/``. ``banditgate replay-backends`` runs it; ``banditgate demo`` mounts it at ``/replay`` over a synthetic dataset (app/demo_dataset.py).
 
 Every call needs ``Authorization: Bearer <api_key>`` (``BANDITGATE_REPLAY_API_KEY``; the demo generates
 one and registers its backends with it): served inside a public gateway they would otherwise be free
@@ -36,22 +33,33 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from app.api.http_limits import HttpLimits, RequestLimits
 from app.auth import bearer_token, matches_secret
 from app.schemas import ChatMessage, RouteRequest
-from routers.replay_format import DatasetError, ModelPrice, read_models, read_rows, whole_tokens
+from replay_dataset.files import ModelPrice, ReplayRow, read_dataset
+from routers.prices import whole_tokens
 
 STREAM_CHUNKS = 4
 
 
 @dataclass
 class ReplayDataset:
+    """A replay dataset to serve: its models, reward range and usable rows, looked up by prompt (the
+    first row of a repeated prompt answers for it)."""
+
     models: list[ModelPrice]
     reward_range: tuple[float, float]
-    rows: list[dict[str, Any]]
+    rows: list[ReplayRow]
     description: str = ""
-    by_prompt: dict[str, dict[str, Any]] = field(default_factory=dict)
+    by_prompt: dict[str, ReplayRow] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for row in self.rows:
-            self.by_prompt.setdefault(str(row["prompt"]), row)
+            self.by_prompt.setdefault(row.prompt, row)
+
+    @classmethod
+    def read(cls, directory: str | Path) -> ReplayDataset:
+        """Read a replay dataset's files (``replay_dataset.files.read_dataset``: a ``DatasetError`` names
+        the file, line and problem)."""
+        data = read_dataset(directory)
+        return cls(data.meta.models, data.meta.reward_range, data.rows, data.meta.description)
 
     @property
     def names(self) -> list[str]:
@@ -61,39 +69,16 @@ class ReplayDataset:
         return next((m for m in self.models if m.name == name), None)
 
 
-def load_dataset(directory: str | Path) -> ReplayDataset:
-    """Read a replay dataset's files, checked as ``bench run`` checks them (routers/replay_format.py)."""
-    root = Path(directory)
-    meta = read_models(root / "models.json")
-    rows = []
-    for number, row in read_rows(root / "rows.jsonl"):
-        if not isinstance(row.get("rewards"), dict):
-            raise DatasetError(f"{root / 'rows.jsonl'}:{number}: a row needs 'rewards'")
-        rows.append(row)
-    return ReplayDataset(meta.models, meta.reward_range, rows, meta.description)
-
-
-def _per_model(value: Any, model: str) -> int | None:
-    if isinstance(value, dict):
-        value = value.get(model)
-    return int(value) if isinstance(value, int | float) else None
-
-
 def replay_answer(dataset: ReplayDataset, model: ModelPrice, prompt: str) -> tuple[str, int, int]:
     """(answer text, input tokens, output tokens) for ``prompt`` as ``model`` logged it."""
     row = dataset.by_prompt.get(prompt)
     if row is None:
         text = f"[{model.name}] no logged answer for this prompt (replay placeholder)"
-        return text, whole_tokens(len(prompt)), int(model.default_tokens_out)
-    logged = (row.get("responses") or {}).get(model.name)
-    text = str(logged) if logged is not None else f"[{model.name}] replayed answer to row {row.get('id')}"
-    tin = _per_model(row.get("tokens_in"), model.name)
-    tout = _per_model(row.get("tokens_out"), model.name)
-    if tin is None:
-        tin = whole_tokens(len(prompt))
-    if tout is None:  # as the offline benchmark estimates it (docs/datasets.md)
-        tout = whole_tokens(len(text)) if logged is not None else int(model.default_tokens_out)
-    return text, tin, tout
+        return text, whole_tokens(len(prompt)), math.ceil(model.default_tokens_out)
+    logged = row.responses.get(model.name)
+    text = logged if logged is not None else f"[{model.name}] replayed answer to row {row.id}"
+    counts = row.token_counts(model)  # the offline benchmark's counts, in whole tokens
+    return text, math.ceil(counts.tokens_in), math.ceil(counts.tokens_out)
 
 
 def prompt_of(body: dict[str, Any]) -> str:

@@ -26,16 +26,12 @@ import numpy as np
 from app.replay_backends import ReplayDataset
 
 
-def mean_reward(value: Any) -> float | None:
-    if isinstance(value, list):
-        return float(np.mean(value)) if value else None
-    return None if value is None else float(value)
-
-
-def draw_reward(value: Any, rng: np.random.Generator) -> float | None:
-    if isinstance(value, list):
-        return float(value[int(rng.integers(len(value)))]) if value else None
-    return None if value is None else float(value)
+def draw_reward(samples: list[float] | None, rng: np.random.Generator) -> float | None:
+    """One of a model's reward samples, drawn uniformly (a single sample is returned without a draw);
+    None for a model the row has no reward for."""
+    if samples is None:
+        return None
+    return samples[0] if len(samples) == 1 else samples[int(rng.integers(len(samples)))]
 
 
 @dataclass
@@ -103,10 +99,9 @@ async def run_evaluator(
     start = 1
     for n, index in enumerate(order[:total], start=1):
         row = dataset.rows[index]
-        body = {"model": model_field, "messages": [{"role": "user", "content": str(row["prompt"])}]}
+        body = {"model": model_field, "messages": [{"role": "user", "content": row.prompt}]}
         response = await client.post("/v1/chat/completions", json=body, headers=headers)
-        means = {m: mean_reward(v) for m, v in row["rewards"].items()}
-        known = {m: v for m, v in means.items() if v is not None}
+        known = {m: float(np.mean(v)) for m, v in row.rewards.items()}
         if response.status_code != 200:
             current.errors += 1
             errors += 1
@@ -115,16 +110,16 @@ async def run_evaluator(
             model = response.headers["x-banditgate-model"]
             current.models[model] += 1
             models[model] += 1
-            choices.append((str(row.get("id")), model))
+            choices.append((row.id, model))
             current.cost += float(response.headers.get("x-banditgate-cost-usd", 0.0))
-            reward = draw_reward(row["rewards"].get(model), rng)
+            reward = draw_reward(row.rewards.get(model), rng)
             events: list[dict[str, Any]] = []
             if reward is not None:
                 events.append({"decision_id": decision_id, "model": model, "reward": reward})
                 current.rewards.append(reward)
                 all_rewards.append(reward)
             for probe in filter(None, response.headers.get("x-banditgate-query", "").split(",")):
-                probe_reward = draw_reward(row["rewards"].get(probe), rng)
+                probe_reward = draw_reward(row.rewards.get(probe), rng)
                 if probe != model and probe_reward is not None:
                     events.append(
                         {"decision_id": decision_id, "model": probe, "kind": "query", "reward": probe_reward}

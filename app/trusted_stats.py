@@ -23,7 +23,7 @@ from app.timewindow import Window
 from routers.conservative import CONSERVATIVE_KEYS
 from routers.cost_aware import COST_KEYS
 from routers.paced_cascade import PACING_KEYS
-from routers.replay_format import Prices, call_cost, estimated_tokens
+from routers.prices import CallPrices, call_cost, estimated_tokens
 from routers.trusted_report import PacingReport, SafetyReport, pacing_report, safety_report
 
 TRUSTED_KEYS = frozenset((*COST_KEYS, *CONSERVATIVE_KEYS, *PACING_KEYS))
@@ -51,7 +51,7 @@ async def latest_incumbent(session: AsyncSession, router_id: int) -> str | None:
     return None if found is None else str(found)
 
 
-def incumbent_estimate(prices: Prices, decisions: int, chars: int, tokens_out: int) -> float:
+def incumbent_estimate(prices: CallPrices, decisions: int, chars: int, tokens_out: int) -> float:
     """USD of ``decisions`` calls of the incumbent on prompts of ``chars`` characters in all: the
     gateway's expected cost of a call (prompt characters / 4 input tokens, ``default_tokens_out``
     output tokens) summed, which is linear in the characters."""

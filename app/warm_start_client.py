@@ -26,7 +26,7 @@ from typing import Any
 
 import httpx
 
-from routers.replay_format import DatasetError, json_objects
+from replay_dataset.files import DatasetError, json_objects
 
 Row = dict[str, Any]
 ROW_FIELDS = ("prompt", "embedding", "model", "reward", "cost")  # what a JSONL line may carry besides its id

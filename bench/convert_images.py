@@ -28,7 +28,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from bench.dataset import write_dataset
+from replay_dataset.files import write_dataset
 
 IMAGE_SETS = ("agiqa3k", "tifa160")
 AGIQA_REWARDS = {"align": "mos_align", "quality": "mos_quality"}

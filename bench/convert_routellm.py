@@ -29,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from bench.dataset import CHARS_PER_TOKEN, write_dataset
+from replay_dataset.files import write_dataset
+from routers.prices import CHARS_PER_TOKEN
 
 ROUTELLM_MODELS = ("mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview")
 

@@ -1,4 +1,4 @@
-"""The floor against the incumbent, checked on the simulator's trace (issue 15, "safety that still learns").
+"""The floor against the incumbent, checked on the simulator's trace: safety that still learns.
 
 For every policy row ``bench run`` compares each seed's rounds with what the incumbent a_0 would have
 earned and spent on the same prompts. a_0 of round t is the model the decision names in

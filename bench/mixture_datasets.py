@@ -11,16 +11,14 @@ Format (documented in docs/datasets.md, "Mixture datasets"):
 Builders here: ``gaussian_dataset`` (Gaussian generators with analytically known optimal mixtures),
 ``mmlu_dataset`` (real sentences: MMLU prompts of a few subjects per arm, embedded), ``texts_dataset``
 (any JSONL of ``{"arm": ..., "text": ...}`` rows; ``"reference": true`` rows form the reference set).
-Text embeddings are cached on disk under ``$BANDITGATE_CACHE_DIR`` (default ``~/.cache/banditgate/``),
-keyed by the embedder name and a SHA-256 of the texts.
+Text embeddings go through ``bench run``'s disk cache (``bench.embedding_cache.embed_texts``: one vector
+per text and embedder, keyed by the text's SHA-256), so a text is embedded once for both tracks.
 """
 
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.embedding_cache import embed_texts
 from routers.simplex import solve_simplex_qp
 
 ARM_PREFIX = "arm:"
@@ -63,7 +62,7 @@ class MixtureDataset:
         return path
 
 
-def load_dataset(path: str | Path) -> MixtureDataset:
+def load_mixture_dataset(path: str | Path) -> MixtureDataset:
     """Read and check a mixture dataset file."""
     with np.load(Path(path), allow_pickle=False) as data:
         pools = {
@@ -145,39 +144,16 @@ def gaussian_dataset(
 # --- texts ----------------------------------------------------------------------------------------------
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("BANDITGATE_CACHE_DIR") or Path.home() / ".cache" / "banditgate")
-
-
-def embed_cached(texts: Sequence[str], embedder_name: str = "minilm") -> np.ndarray:
-    """Embed ``texts`` with ``embeddings.registry.load_embedder(embedder_name)``, cached on disk by the
-    embedder name and the SHA-256 of the texts."""
-    digest = hashlib.sha256("\x1e".join(texts).encode("utf-8")).hexdigest()[:32]
-    path = cache_dir() / "embeddings" / embedder_name.replace(":", "_") / f"{digest}.npy"
-    if path.exists():
-        cached = np.load(path)
-        if cached.shape[0] == len(texts):
-            return cached
-    from embeddings.registry import load_embedder
-
-    vectors = load_embedder(embedder_name).embed(list(texts)).astype(np.float32)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp.npy")
-    np.save(tmp, vectors)
-    tmp.replace(path)
-    return vectors
-
-
 def texts_dataset(
     arm_texts: Mapping[str, Sequence[str]],
     reference_texts: Sequence[str] = (),
     embedder_name: str = "minilm",
     meta: Mapping[str, Any] | None = None,
 ) -> MixtureDataset:
-    """Embed every arm's texts (and the reference texts) in one cached batch."""
+    """Embed every arm's texts (and the reference texts) in one batch, through the disk cache."""
     names = list(arm_texts)
     flat = [t for a in names for t in arm_texts[a]] + list(reference_texts)
-    vectors = embed_cached(flat, embedder_name)
+    vectors = embed_texts(flat, embedder_name, progress=False)
     pools, start = {}, 0
     for a in names:
         pools[a] = vectors[start : start + len(arm_texts[a])]

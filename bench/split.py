@@ -4,7 +4,7 @@ Defaults and hyperparameters are chosen on one part of a dev set and reported on
 figure never rests on the prompts it was tuned on. Rows are grouped by prompt *text* (MMLU holds 105
 texts twice under distinct ids: both copies land in the same part), the distinct texts are shuffled with
 ``np.random.default_rng(seed).permutation``, and the first ``round(fraction x texts)`` go to ``tune``,
-the rest to ``report``. ``models.json`` is copied unchanged into both, with the split recorded in it.
+the rest to ``report``. ``models.json`` is copied into both, with the split recorded in it.
 
     banditgate bench split --dataset /tmp/bg/mmlu --fraction 0.5 --seed 0 --out /tmp/bg/mmlu-halves
     # -> /tmp/bg/mmlu-halves/tune and /tmp/bg/mmlu-halves/report
@@ -13,19 +13,19 @@ the rest to ``report``. ``models.json`` is copied unchanged into both, with the 
 from __future__ import annotations
 
 import argparse
-import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from bench.cli import documented_parser
-from bench.dataset import DatasetError
+from replay_dataset.files import read_dataset, write_dataset
 
 PARTS = ("tune", "report")
 
 
-def split_rows(rows: list[dict[str, Any]], fraction: float, seed: int) -> tuple[list[int], list[int]]:
+def split_rows(rows: Sequence[Mapping[str, Any]], fraction: float, seed: int) -> tuple[list[int], list[int]]:
     """Row indices of the tuning and reporting parts, each in file order; same-text rows stay together."""
     if not 0.0 < fraction < 1.0:
         raise ValueError(f"--fraction must lie strictly between 0 and 1, got {fraction}")
@@ -41,24 +41,23 @@ def split_rows(rows: list[dict[str, Any]], fraction: float, seed: int) -> tuple[
 
 
 def split_dataset(directory: Path, out: Path, fraction: float, seed: int) -> dict[str, int]:
-    """Write ``out/tune`` and ``out/report``; returns the number of rows in each."""
-    meta_path, rows_path = directory / "models.json", directory / "rows.jsonl"
-    if not meta_path.is_file() or not rows_path.is_file():
-        raise DatasetError(f"{directory} is not a replay dataset (models.json and rows.jsonl expected)")
-    meta = json.loads(meta_path.read_text())
-    lines = [line for line in rows_path.read_text().splitlines() if line.strip()]
-    rows = [json.loads(line) for line in lines]
+    """Write ``out/tune`` and ``out/report``; returns the number of rows in each. Rows the reader drops
+    (no usable reward for some model) are in neither part."""
+    data = read_dataset(directory)
+    rows = [row.fields for row in data.rows]
+    meta = {k: v for k, v in data.meta.fields.items() if k not in ("models", "reward_range", "description")}
     parts = dict(zip(PARTS, split_rows(rows, fraction, seed), strict=True))
     counts: dict[str, int] = {}
     for part, indices in parts.items():
-        target = out / part
-        target.mkdir(parents=True, exist_ok=True)
-        part_meta = {
-            **meta,
-            "split": {"source": str(directory), "part": part, "fraction": fraction, "seed": seed},
-        }
-        (target / "models.json").write_text(json.dumps(part_meta, indent=2) + "\n")
-        (target / "rows.jsonl").write_text("".join(lines[i] + "\n" for i in indices))
+        split = {"source": str(directory), "part": part, "fraction": fraction, "seed": seed}
+        write_dataset(
+            out / part,
+            data.meta.fields["models"],
+            [rows[i] for i in indices],
+            data.meta.reward_range,
+            data.meta.description,
+            **{**meta, "split": split},
+        )
         counts[part] = len(indices)
     return counts
 

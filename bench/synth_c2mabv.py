@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.dataset import write_dataset
+from replay_dataset.files import write_dataset
 
 USD_PER_1K_TOKENS = {  # Table 3
     "chatglm2-6b-32k": 0.005,

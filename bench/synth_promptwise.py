@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.dataset import write_dataset
+from replay_dataset.files import write_dataset
 from routers.base import Context, Observation, Policy
 
 PRICES = {"gpt-4o-mini": 0.75, "o3-mini": 5.50, "deepseek-chat": 1.37}

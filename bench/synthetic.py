@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 
 from bench.cli import documented_parser
-from bench.dataset import write_dataset
 from bench.embedding_cache import embed_prompts
+from replay_dataset.files import write_dataset
 
 BALROG_ARMS = ("sim-sana", "sim-lcm", "sim-unidiffuser", "sim-sdxl-turbo", "sim-ssd-1b", "sim-koala")
 BALROG_BASE = (32.0, 31.6, 31.2, 30.8, 30.4, 30.0)

@@ -1,5 +1,5 @@
 """``bench run --warm-start F``: a policy learns a random fraction F of the prompts from logs first, then
-plays the other prompts online (issue 15, section 3: the offline half of the gateway's warm start).
+plays the other prompts online (the offline half of the gateway's warm start).
 
 For seed s, ``np.random.default_rng([s, WARM_STREAM])`` (a stream of its own, so the online draws of a
 seed are those of a cold run on the same prompt pool) permutes the N prompts; the first
@@ -24,9 +24,16 @@ import numpy as np
 
 from bench.dataset import Dataset
 from routers.base import Observation, Policy
-from routers.replay_format import offline_row_id
 
 WARM_STREAM = 0x5741524D  # "WARM": the second entropy word of the warm-start split's generator
+
+
+def offline_row_id(prompt_id: str, model: str) -> str:
+    """The id of one logged (prompt, model) outcome uploaded as a warm start: ``<prompt id>/<model>``.
+    ``banditgate warm-start --dataset`` (which uploads ``dataset_rows``) and ``bench run --warm-start``
+    name rows by it; the gateway keeps one offline event per (router, row id), so uploading a dataset
+    twice learns it once."""
+    return f"{prompt_id}/{model}"
 
 
 @dataclass(frozen=True)

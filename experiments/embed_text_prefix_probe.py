@@ -9,7 +9,7 @@ against that of two different questions under one prefix.
 
 from __future__ import annotations
 
-import sys
+import argparse
 
 import numpy as np
 
@@ -27,8 +27,14 @@ RULES = (
 )
 
 
-def main(mmlu: str) -> None:
-    dataset = load_dataset(mmlu)
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("dataset", help="a converted MMLU replay dataset (bench convert mmlu)")
+    parser.add_argument("--embedder", default="minilm")
+    args = parser.parse_args(argv)
+    dataset = load_dataset(args.dataset)
     by_subject: dict[str, list[str]] = {}
     for prompt, group in zip(dataset.prompts, dataset.groups, strict=True):
         by_subject.setdefault(str(group), []).append(prompt)
@@ -45,7 +51,9 @@ def main(mmlu: str) -> None:
     print("| rule | same question, two prefixes | two questions, one prefix |")
     for rule in RULES:
         prompts = [p + q for p in prefixes for q in questions]
-        vectors = embed_prompts(prompts, rule=rule, progress=False).reshape(2, len(questions), -1)
+        vectors = embed_prompts(prompts, args.embedder, rule=rule, progress=False).reshape(
+            2, len(questions), -1
+        )
         same = np.einsum("qd,qd->q", vectors[0], vectors[1]).mean()
         gram = vectors[0] @ vectors[0].T
         other = gram[np.triu_indices(len(questions), 1)].mean()
@@ -53,4 +61,4 @@ def main(mmlu: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main()

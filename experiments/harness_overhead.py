@@ -16,10 +16,12 @@ from typing import ClassVar
 import numpy as np
 
 from bench.arm_schedule import build_schedule
-from bench.dataset import Dataset, ModelPrice
+from bench.dataset import Dataset
 from bench.replay_env import WITH_REPLACEMENT, ReplayEnv
 from bench.simulator import run_policy
-from routers.base import Context, Decision, Observation, PolicyBase
+from replay_dataset.files import ModelPrice
+from routers.base import Context, Decision, Observation
+from routers.policy_base import PolicyBase
 from routers.registry import build_policy
 
 

@@ -6,7 +6,7 @@
   figure holds on a loaded machine where latencies do not.
 - ``middleware``: microseconds per request the app's own ASGI middlewares (``RequestLimits``,
   ``AnswerServerErrors``) add in front of a trivial endpoint, called in process (no server), medians
-  of five runs.
+  of ``--rounds`` runs.
 
 experiments/ is not packaged and may import app/ and bench/.
 """
@@ -100,7 +100,7 @@ async def per_call_us(app: ASGIApp, count: int) -> float:
     return (time.perf_counter() - started) / count * 1e6
 
 
-async def middleware_us(count: int) -> dict[str, list[float]]:
+async def middleware_us(count: int, rounds: int) -> dict[str, list[float]]:
     limits = HttpLimits.of(Settings())
     apps: dict[str, ASGIApp] = {
         "endpoint alone": endpoint,
@@ -109,7 +109,7 @@ async def middleware_us(count: int) -> dict[str, list[float]]:
         "both": AnswerServerErrors(RequestLimits(endpoint, limits)),
     }
     found: dict[str, list[float]] = {name: [] for name in apps}
-    for _ in range(5):
+    for _ in range(rounds):
         for name, app in apps.items():
             found[name].append(await per_call_us(app, count))
     return found
@@ -121,15 +121,20 @@ def main() -> None:
     )
     parser.add_argument("what", choices=("parser", "middleware"))
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--requests", type=int, default=3000)
+    parser.add_argument(
+        "--requests",
+        type=int,
+        default=None,
+        help="per round (default: 3,000 for parser, 20,000 for middleware)",
+    )
     args = parser.parse_args()
     if args.what == "parser":
-        results = parser_cpu(args.rounds, args.requests)
+        results = parser_cpu(args.rounds, args.requests or 3000)
         unit = "us server CPU per request"
     else:
         import uvloop  # the loop uvicorn runs the gateway on
 
-        results = uvloop.run(middleware_us(20_000))
+        results = uvloop.run(middleware_us(args.requests or 20_000, args.rounds))
         unit = "us per request in process"
     for name, values in results.items():
         print(

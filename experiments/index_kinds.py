@@ -119,10 +119,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--nprobe", type=int, nargs="+", default=[8, 16, 32])
     parser.add_argument("--build-threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--embedder", default="minilm", help="the embedder of the prompts")
     parser.add_argument("--json", type=Path, help="write the rows here")
     args = parser.parse_args(argv)
     faiss.omp_set_num_threads(1)
-    real = RealPrompts(args.data, args.queries, args.seed)
+    real = RealPrompts(args.data, args.queries, args.seed, args.embedder)
     queries, points = np.ascontiguousarray(real.queries), np.ascontiguousarray(real.x)
     steps = len(args.arms) * (1 + len(args.hnsw_m) * len(args.ef) + len(args.nlist) * len(args.nprobe))
     rows: list[dict[str, Any]] = []

@@ -1,5 +1,5 @@
 """Share of pulls on the worse of two prompt-independent arms (Bernoulli 0.80 vs 0.72) under five caps
-on kNN-UCB's k: k_max 32 (the first default), k <= N_g up to 256 (issue 12's first fix), k <=
+on kNN-UCB's k: k_max 32 (the first default), k <= N_g up to 256 (k over an arm's whole history), k <=
 max(32, ceil(sqrt N_g)), k <= max(32, ceil(N_g / 4)) and k <= max(32, ceil(N_g / 2)) (the default),
 each at most k_max = 256.
 16-d random unit prompts, T = 8000 rounds. With ``--topic-split``, the same caps on the embed-text
@@ -16,11 +16,20 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
+from bench.embedding_cache import embed_prompts
+from bench.mmlu_questions import few_shot_prefix, mmlu_questions
+from embeddings.prompt_text import EmbedText
 from routers.base import Context, Observation
 from routers.knn_ucb import KnnUCB
+
+TOPICS = Path(__file__).resolve().parents[1] / "tests" / "data" / "routellm" / "topics"  # committed data
+MATH = ["elementary_mathematics", "high_school_mathematics"]
+HUMANITIES = ["prehistory", "world_religions"]
+PREFIX_PIECES = 1500
 
 
 class SqrtCapKnnUCB(KnnUCB):
@@ -72,15 +81,14 @@ def topic_split_reward(policy: KnnUCB, seed: int, vectors: np.ndarray, topics: n
     return float(np.mean(rewards[100:]))
 
 
-def topic_split_set() -> tuple[np.ndarray, np.ndarray]:
-    """The 200 vectors and topics of tests/integration/test_embed_text.py (real MiniLM)."""
-    from embeddings.prompt_text import EmbedText
-    from tests.integration.test_embed_text import HUMANITIES, MATH, embed, few_shot_prefix
-    from tests.mmlu_prompts import mmlu_questions
-
-    prefix = few_shot_prefix("high_school_biology", "biology")
-    questions = mmlu_questions(MATH, 100) + mmlu_questions(HUMANITIES, 100)
-    return embed([prefix + q for q in questions], EmbedText()), np.array([0] * 100 + [1] * 100)
+def topic_split_set(topics_dir: Path) -> tuple[np.ndarray, np.ndarray]:
+    """The embed-text test's 200 prompts (tests/integration/test_embed_text.py: a 1,500-piece biology
+    prefix, then 100 maths and 100 history/religion questions from ``topics_dir``), embedded with
+    MiniLM under the default rule, and their topics."""
+    prefix = few_shot_prefix(topics_dir, "high_school_biology", "biology", PREFIX_PIECES)
+    questions = mmlu_questions(topics_dir, MATH, 100) + mmlu_questions(topics_dir, HUMANITIES, 100)
+    vectors = embed_prompts([prefix + q for q in questions], "minilm", progress=False, rule=EmbedText())
+    return vectors, np.array([0] * 100 + [1] * 100)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -88,6 +96,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seeds", default="0,1")
     parser.add_argument("--rounds", type=int, default=8000)
     parser.add_argument("--topic-split", action="store_true", help="the embed-text test's set instead")
+    parser.add_argument(
+        "--topics", type=Path, default=TOPICS, help="the MMLU csv folder of --topic-split's questions"
+    )
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
     arms = ["a", "b"] if args.topic_split else ["good", "bad"]
@@ -99,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "max(32, ceil(N_g / 2)), <= 256 (default)": lambda s: KnnUCB(arms, seed=s),
     }
     if args.topic_split:
-        vectors, topics = topic_split_set()
+        vectors, topics = topic_split_set(args.topics)
         print("| cap on k | mean reward, rounds 100-199, per seed | min |")
         print("|---|---|---|")
         for name, make in variants.items():

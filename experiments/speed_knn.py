@@ -66,10 +66,10 @@ class RealPrompts:
     j mod 2's real outcome on each prompt. The timed updates keep synthetic rewards: an update's cost
     does not depend on the value."""
 
-    def __init__(self, data: Path, held_out: int, seed: int) -> None:
+    def __init__(self, data: Path, held_out: int, seed: int, embedder: str = "minilm") -> None:
         rows = mmlu_rows(data) + gsm8k_rows(data)
         models = list(rows[0]["rewards"])
-        x = embed_prompts([row["prompt"] for row in rows], progress=True)
+        x = embed_prompts([row["prompt"] for row in rows], embedder, progress=True)
         y = np.array([[row["rewards"][m] for m in models] for row in rows], dtype=np.float64)
         order = np.random.default_rng(seed).permutation(x.shape[0])
         self.queries = x[order[:held_out]]
@@ -227,10 +227,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=None,
         help="real prompts instead of synthetic points: the folder holding routellm/ (../shared/data)",
     )
+    parser.add_argument("--embedder", default="minilm", help="the embedder of --data's prompts")
     parser.add_argument("--out", default=None, help="write the rows as JSON here")
     args = parser.parse_args(argv)
     sizes = [int(float(s)) for s in args.sizes.split(",")]
-    real = RealPrompts(args.data, args.queries + args.updates, args.seed) if args.data else None
+    real = (
+        RealPrompts(args.data, args.queries + args.updates, args.seed, args.embedder) if args.data else None
+    )
     if real is not None and real.x.shape[1] != args.dim:
         raise SystemExit(f"--data gives {real.x.shape[1]}-d embeddings: drop --dim {args.dim}")
     rows = []

@@ -31,12 +31,9 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar, get_args, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol, get_args, runtime_checkable
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from routers.hyperparameters import Hyperparameters
 
 ObservationKind = Literal["bandit", "query", "cascade-step", "offline"]
 # How a policy uses the caller's select-time counts (``Context.decisions_before``, ``query_rounds_before``):
@@ -46,7 +43,6 @@ ObservationKind = Literal["bandit", "query", "cascade-step", "offline"]
 CounterUse = Literal["none", "read", "exact"]
 DecisionMode = Literal["single", "cascade", "set", "mixture"]
 OBSERVATION_KINDS: tuple[str, ...] = get_args(ObservationKind)
-H = TypeVar("H", bound="Hyperparameters")
 
 
 class PolicyConfigError(ValueError):
@@ -200,12 +196,21 @@ def decision_rng(seed: int, key: int | str) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence([seed, key]))
 
 
+def generator_key(decision_id: str, request_seed: int | None = None) -> int:
+    """The ``key`` of a gateway decision's generator (``decision_rng(seed, key)``): the client's request
+    ``seed`` when it sent one, else the decision id's first 64 bits (its first 16 hex digits). So
+    replicas with the same learned state make the same choice for the same decision, whatever else they
+    served, and a client that replays the same seeded requests gets the same choices: ``bench e2e``
+    sends round t as the seed, so the gateway draws what the simulator's ``round_rng(t)`` draws."""
+    return int(request_seed) if request_seed is not None else int(decision_id[:16], 16)
+
+
 class KeyedRng:
     """``decision_rng(seed, key)``, built on the first call and the same generator on every call after it.
 
     Most selects draw nothing (a policy's index rarely ties, and ``always`` or kNN-UCB draw only then),
     while building a generator from a seed sequence takes about 0.1 ms of a gateway request's CPU on
-    the development machine (issue 13's profile): so a decision's generator is made when a policy first
+    the development machine (profiled per request): so a decision's generator is made when a policy first
     draws from it, and its draws are the same numbers as an eagerly built one's."""
 
     __slots__ = ("_generator", "key", "seed")
@@ -298,109 +303,6 @@ def decode_state(blob: bytes | str) -> dict[str, Any]:
     if not isinstance(decoded, dict):
         raise PolicyConfigError("a policy state must be a JSON object")
     return decoded
-
-
-class PolicyBase:
-    """Shared plumbing for policies: the arm list, the seeded generator and the state envelope.
-
-    Subclasses set ``name`` and ``hyperparameters`` (their typed model, ``routers.hyperparameters``),
-    validate their keyword arguments with it first thing in ``__init__`` (a ``PolicyConfigError``
-    naming the key otherwise), record the validated values in ``self.config`` and implement ``select``,
-    ``update``, ``_on_add_arm``, ``_on_remove_arm``, ``_state`` and ``_load``. ``from_state`` rebuilds
-    ``cls(arms=..., seed=..., **config)``, through the same validation, and then loads the learned part.
-    """
-
-    name: ClassVar[str] = "base"
-    counter_use: ClassVar[CounterUse] = "none"  # reads no select-time counts (see ``CounterUse``)
-    hyperparameters: ClassVar[type[Hyperparameters]]
-    params: Hyperparameters  # the validated hyperparameters (``_configure``)
-    dim: int | None = None  # the context dimension, for policies that need it (see _ensure_dim)
-
-    def __init__(self, arms: Sequence[str] = (), seed: int | None = 0) -> None:
-        if len(set(arms)) != len(arms):
-            raise PolicyConfigError(f"arms must be distinct, got {list(arms)}")
-        self._arms: list[str] = list(arms)
-        self.seed = seed
-        self.rng = make_rng(seed)
-        self.config: dict[str, Any] = {}
-
-    @property
-    def arms(self) -> list[str]:
-        return list(self._arms)
-
-    def _configure(self, hyperparameters: Mapping[str, Any], model: type[H]) -> H:
-        """Validate ``hyperparameters`` with the class's model (``model`` or one extending it), resolve
-        the defaults that depend on other values, keep the result in ``params`` and its values in
-        ``config``."""
-        params = self.hyperparameters.parse(hyperparameters).resolved()
-        if not isinstance(params, model):
-            raise PolicyConfigError(f"{type(self).__name__}.hyperparameters must extend {model.__name__}")
-        self.params = params
-        self.config = params.config()
-        return params
-
-    def _ensure_dim(self, x: np.ndarray) -> None:
-        """Fix the context dimension on first use (allocating per-arm state through ``_on_add_arm``) and
-        reject a context of another dimension."""
-        dim = self.dim
-        if dim is None:
-            dim = int(x.shape[0])
-            self.dim = dim
-            self.config["dim"] = dim
-            for arm in self._arms:
-                self._on_add_arm(arm)
-        require(x.shape == (dim,), f"context has dimension {x.shape}, expected ({dim},)")
-
-    def _rng(self, context: Context) -> np.random.Generator:
-        """The generator this select draws from: the caller's (``Context.rng``), else the policy's own."""
-        return resolve_rng(self._draws(context))
-
-    def _draws(self, context: Context) -> RngSource:
-        """``_rng`` not yet built: for a select that draws only sometimes (a tie)."""
-        return context.rng if context.rng is not None else self.rng
-
-    def add_arm(self, arm: str) -> None:
-        if arm in self._arms:
-            return
-        self._arms.append(arm)
-        self._on_add_arm(arm)
-
-    def remove_arm(self, arm: str) -> None:
-        if arm not in self._arms:
-            return
-        self._arms.remove(arm)
-        self._on_remove_arm(arm)
-
-    def _on_add_arm(self, arm: str) -> None:  # pragma: no cover - default: nothing to allocate
-        pass
-
-    def _on_remove_arm(self, arm: str) -> None:  # pragma: no cover
-        pass
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "policy": self.name,
-            "config": dict(self.config),
-            "arms": list(self._arms),
-            "seed": self.seed,
-            "rng": rng_state(self.rng),
-            "learned": self._state(),
-        }
-
-    @classmethod
-    def from_state(cls, state: Mapping[str, Any]) -> Any:
-        if state.get("policy") != cls.name:
-            raise PolicyConfigError(f"state is for policy {state.get('policy')!r}, not {cls.name!r}")
-        policy = cls(arms=list(state["arms"]), seed=state.get("seed"), **dict(state.get("config", {})))
-        policy.rng = rng_from_state(state["rng"])
-        policy._load(state.get("learned", {}))
-        return policy
-
-    def _state(self) -> dict[str, Any]:
-        return {}
-
-    def _load(self, learned: Mapping[str, Any]) -> None:
-        pass
 
 
 def require(condition: bool, message: str) -> None:

@@ -21,9 +21,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from routers.base import Context, Decision, Observation, PolicyBase, argmax_random_tie, candidate_arms
+from routers.base import Context, Decision, Observation, argmax_random_tie, candidate_arms
 from routers.hyperparameters import Hyperparameters
 from routers.logistic_ucb import CascadeHyperparameters, call_budget
+from routers.policy_base import PolicyBase
 from routers.prices import call_costs
 
 

@@ -39,8 +39,9 @@ from typing import Annotated, Any, ClassVar, Literal, Self
 import numpy as np
 from pydantic import Field
 
-from routers.base import Context, Decision, Observation, PolicyBase, candidate_arms
+from routers.base import Context, Decision, Observation, candidate_arms
 from routers.hyperparameters import Finite, Hyperparameters, NonNegative, Positive, PositiveCount, Prices
+from routers.policy_base import PolicyBase
 from routers.relaxation import (
     awc_continuous_greedy,
     awc_enumerate,

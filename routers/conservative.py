@@ -1,4 +1,4 @@
-"""Safe exploration against an incumbent model: a composition wrapper (issue 15, section 2).
+"""Safe exploration against an incumbent model: a composition wrapper.
 
 ``Conservative(inner, incumbent, max_loss)`` plays the inner policy's choice only while doing so cannot,
 with high confidence, push the router's cumulative reward below (1 - alpha) times what the incumbent

@@ -1,4 +1,4 @@
-"""Cost as an objective for any single-choice policy: a composition wrapper (issue 15, section 1).
+"""Cost as an objective for any single-choice policy: a composition wrapper.
 
 ``CostAware(inner, cost_weight, cost_target)`` lets the inner policy score every candidate arm, then
 chooses by the cost-adjusted index

@@ -1,4 +1,5 @@
-"""The policy a router gets when it names none: ``default`` in the registry (issue 15, section 4).
+"""The policy a router gets when it names none: ``default`` in the registry (its factory:
+``routers.registry.DefaultFactory``).
 
 The default is data: a registered policy name and its hyperparameters, chosen on the tuning halves of the
 dev sets (the table that chose it: docs/policies/default.md): kNN-UCB under the conservative floor with
@@ -16,11 +17,9 @@ concrete (policy, hyperparameters) with the given ones on top of the default's, 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
-
-from routers.base import Policy
 
 NAME = "default"
 POLICY = "knn-ucb"
@@ -40,50 +39,3 @@ def resolve_named(policy: str | None, hyperparameters: Mapping[str, Any]) -> tup
     if policy is None or policy == NAME:
         return resolve(hyperparameters)
     return policy, dict(hyperparameters)
-
-
-def _registry() -> Any:
-    # The registry lists this factory, so it is imported here, when a policy is built, not at import time.
-    from routers import registry
-
-    return registry
-
-
-def _concrete() -> Any:
-    return _registry().POLICIES[POLICY]
-
-
-class DefaultFactory:
-    """The registry's ``default``: builds ``POLICY`` with ``resolve(hyperparameters)``. ``policy_class``
-    is the concrete one's, so the bench passes it the run's T where it takes a horizon."""
-
-    __name__ = NAME
-
-    def __call__(self, arms: Sequence[str] = (), seed: int | None = 0, **hyperparameters: Any) -> Policy:
-        name, merged = resolve(hyperparameters)
-        policy: Policy = _registry().build_policy(name, arms, seed, merged)
-        return policy
-
-    @property
-    def policy_class(self) -> Any:
-        factory = _concrete()
-        return getattr(factory, "policy_class", getattr(factory, "func", factory))
-
-    @property
-    def hyperparameters(self) -> Any:
-        """The concrete policy's typed hyperparameters (``routers.hyperparameters.model_of`` reads it)."""
-        return _registry().model_of(_concrete())
-
-    @property
-    def keywords(self) -> dict[str, Any]:
-        """The default's own values, shown as the defaults of ``GET /admin/policies`` (as a preset's)."""
-        return dict(HYPERPARAMETERS)
-
-    @staticmethod
-    def from_state(state: Mapping[str, Any]) -> Policy:
-        """A default policy's state names the concrete policy; restore it as that one."""
-        restored: Policy = _concrete().from_state(state)
-        return restored
-
-
-default_policy = DefaultFactory()

@@ -31,7 +31,9 @@ from routers.base import Policy, PolicyConfigError
 
 MAX_DIM = 16_384  # the largest embedding dimension a policy accepts (CLIP ViT-bigG: 1280; OpenAI: 3072)
 MAX_COUNT = 2**31 - 1  # counts reach FAISS and numpy as C ints
-MAX_NAME = 200  # an arm name: a backend's name, as long as its column (app/store/models.py: String(200))
+MAX_NAME = (
+    200  # an arm name (a backend's name): the one bound of it, and the width of the columns holding one
+)
 ARM = {"arm": True}  # json_schema_extra of a field that names one of the router's arms
 
 NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]

@@ -32,14 +32,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field
 
-from routers.base import (
-    Context,
-    Decision,
-    Observation,
-    PolicyBase,
-    argmax_random_tie,
-    candidate_arms,
-)
+from routers.base import Context, Decision, Observation, argmax_random_tie, candidate_arms
 from routers.diversity import squared_distances
 from routers.hyperparameters import (
     DIM_DESCRIPTION,
@@ -49,6 +42,7 @@ from routers.hyperparameters import (
     Positive,
     PositiveCount,
 )
+from routers.policy_base import PolicyBase
 
 
 class PakUCBHyperparameters(Hyperparameters):

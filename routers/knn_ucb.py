@@ -14,7 +14,7 @@ nearest neighbour of the prompt x (``routers.neighbors``):
 scale-free: on rewards in [0, 1] the bonus sqrt(log N / k) is of the order of the rewards themselves and
 the policy keeps exploring (our own measurement, not paper 000's: run with these constants on an 8-model
 set with [0, 1] rewards that is not in this repository, it earned 0.48 mean reward vs 0.70 for the best
-single model at T = 2000, as reported in issue 3).
+single model at T = 2000).
 
 ``preset="scale-free"`` (the product default) measures both scales from the data, pooled over arms, with
 an empirical variogram. At each update of arm g at x (before storing it) two pairs are formed with g's
@@ -111,7 +111,6 @@ from routers.base import (
     CounterUse,
     Decision,
     Observation,
-    PolicyBase,
     RngSource,
     argmax_random_tie,
     candidate_arms,
@@ -129,6 +128,7 @@ from routers.hyperparameters import (
     PositiveCount,
 )
 from routers.neighbors import ArmNeighbors, CompactionJob, KChoice, Precision, adaptive_k
+from routers.policy_base import PolicyBase
 
 # Where an exact select stops being cheaper than HNSW's, by how the vectors are stored: measured on real
 # prompt embeddings (docs/policies/knn-ucb.md, "Where the exact index ends" and "Half precision").

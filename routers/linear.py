@@ -26,15 +26,9 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import Field
 
-from routers.base import (
-    Context,
-    Decision,
-    Observation,
-    PolicyBase,
-    argmax_random_tie,
-    candidate_arms,
-)
+from routers.base import Context, Decision, Observation, argmax_random_tie, candidate_arms
 from routers.hyperparameters import DIM_DESCRIPTION, Dim, Hyperparameters, NonNegative, Positive
+from routers.policy_base import PolicyBase
 
 
 class LinUCBHyperparameters(Hyperparameters):

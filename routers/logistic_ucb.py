@@ -56,7 +56,6 @@ from routers.base import (
     Context,
     Decision,
     Observation,
-    PolicyBase,
     RngSource,
     argmax_random_tie,
     candidate_arms,
@@ -75,6 +74,7 @@ from routers.hyperparameters import (
 )
 from routers.kernel_logistic import RBFLogisticArm
 from routers.logistic_fit import LinearLogisticArm
+from routers.policy_base import PolicyBase
 from routers.prices import call_costs
 
 ArmModel = LinearLogisticArm | RBFLogisticArm

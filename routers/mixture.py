@@ -31,7 +31,7 @@ from typing import Annotated, Any, ClassVar, Literal, Self
 import numpy as np
 from pydantic import Field, model_validator
 
-from routers.base import Context, Decision, Observation, PolicyBase, candidate_arms, require
+from routers.base import Context, Decision, Observation, candidate_arms, require
 from routers.diversity import KernelQuadraticObjective, MixtureObjective, build_objective
 from routers.hyperparameters import (
     MAX_DIM,
@@ -42,6 +42,7 @@ from routers.hyperparameters import (
     Positive,
     PositiveCount,
 )
+from routers.policy_base import PolicyBase
 from routers.simplex import clean_weights, exponentiated_gradient, minimize_on_simplex, solve_simplex_qp
 
 # the hyperparameters that configure the objective (routers.diversity.build_objective)

@@ -22,10 +22,10 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
-from routers.base import Policy, PolicyBase, PolicyConfigError
+from routers import default
+from routers.base import Policy, PolicyConfigError
 from routers.cascade_baselines import GreedyTillSucceed, HighestCost, LowestCost, RandomTillSucceed
 from routers.combinatorial import C2MABV
-from routers.default import default_policy
 from routers.hyperparameters import Hyperparameters, model_of
 from routers.kernel_ucb import PakUCB
 from routers.knn_ucb import Balrog, KnnUCB
@@ -33,6 +33,7 @@ from routers.linear import LinUCB
 from routers.logistic_ucb import PromptWise
 from routers.mixture import MixtureGreedy, MixtureUCBCAB, MixtureUCBOGD, VanillaUCB
 from routers.paced_cascade import paced
+from routers.policy_base import PolicyBase
 from routers.retry import retrying
 from routers.set_baselines import CUCB, EpsGreedySet, ThompsonSet
 from routers.set_target import targeted
@@ -65,7 +66,6 @@ POLICIES: dict[str, PolicyFactory] = {
     "greedy": trusted(Greedy),
     "eps-greedy": trusted(EpsGreedy),
     "thompson": trusted(Thompson),
-    "default": default_policy,  # a registered policy with the hyperparameters chosen in routers/default.py
 }
 
 
@@ -161,3 +161,41 @@ def restore_policy(state: Mapping[str, Any]) -> Policy:
         raise PolicyConfigError(f"policy {name!r} cannot be restored from a state")
     policy: Policy = from_state(state)
     return policy
+
+
+class DefaultFactory:
+    """The registry's ``default`` (routers/default.py): builds ``default.POLICY`` with
+    ``default.resolve(hyperparameters)``. ``policy_class`` is the concrete one's, so the bench passes it
+    the run's T where it takes a horizon."""
+
+    __name__ = default.NAME
+
+    def __call__(self, arms: Sequence[str] = (), seed: int | None = 0, **hyperparameters: Any) -> Policy:
+        name, merged = default.resolve(hyperparameters)
+        return build_policy(name, arms, seed, merged)
+
+    @property
+    def policy_class(self) -> Any:
+        factory = POLICIES[default.POLICY]
+        return getattr(factory, "policy_class", getattr(factory, "func", factory))
+
+    @property
+    def hyperparameters(self) -> type[Hyperparameters]:
+        """The concrete policy's typed hyperparameters (``routers.hyperparameters.model_of`` reads it)."""
+        return model_of(POLICIES[default.POLICY])
+
+    @property
+    def keywords(self) -> dict[str, Any]:
+        """The default's own values, shown as the defaults of ``GET /admin/policies`` (as a preset's)."""
+        return dict(default.HYPERPARAMETERS)
+
+    @staticmethod
+    def from_state(state: Mapping[str, Any]) -> Policy:
+        """A default policy's state names the concrete policy; restore it as that one."""
+        concrete: Any = POLICIES[default.POLICY]
+        restored: Policy = concrete.from_state(state)
+        return restored
+
+
+# a registered policy with the hyperparameters chosen in routers/default.py
+POLICIES[default.NAME] = DefaultFactory()

@@ -13,15 +13,9 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from routers.base import (
-    Context,
-    Decision,
-    Observation,
-    PolicyBase,
-    argmax_random_tie,
-    candidate_arms,
-)
+from routers.base import Context, Decision, Observation, argmax_random_tie, candidate_arms
 from routers.hyperparameters import ArmName, Fraction, Hyperparameters, NoHyperparameters
+from routers.policy_base import PolicyBase
 
 
 class AlwaysHyperparameters(Hyperparameters):

@@ -18,7 +18,7 @@ from app.store.models import Tenant
 
 async def get_ctx(request: Request) -> AppContext:
     """The app context. ``async`` so FastAPI calls it on the loop: a plain ``def`` dependency runs in
-    its thread pool, a hand-off to a worker thread on every request (issue 13's profile)."""
+    its thread pool, a hand-off to a worker thread on every request (a profiled cost)."""
     ctx: AppContext = request.app.state.ctx
     return ctx
 

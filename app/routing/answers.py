@@ -10,7 +10,7 @@ from typing import Any
 from app.backends import AttemptRecord, Target
 from app.schemas import RouteResponse
 from app.store.models import Router
-from routers.replay_format import whole_tokens
+from routers.prices import whole_tokens
 
 CHAT_PATH = "/chat/completions"
 

@@ -22,12 +22,12 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.context import AppContext
 from app.jsonable import jsonable
-from app.routing.decide import decision_rng, expected_costs
+from app.routing.decide import expected_costs
 from app.routing.errors import Invalid, NotFound
 from app.routing.feedback import Outcome, record_feedback
 from app.schemas import CascadeNextRequest, CascadeNextResponse
 from app.store.models import DecisionRow, Router, Tenant
-from routers.base import Context, Decision
+from routers.base import Context, Decision, KeyedRng, generator_key
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ async def reselect(
         arms=candidates,
         costs=await expected_costs(ctx, list(router.arms), row.prompt_chars),
         tried=list(tried),
-        rng=decision_rng(router.seed, row.id, (row.info or {}).get("seed")),
+        rng=KeyedRng(router.seed, generator_key(row.id, (row.info or {}).get("seed"))),
         decision_key=row.id,
     )
     runtime = await ctx.states.get(router)

@@ -18,7 +18,7 @@ from app.routing.feedback import Outcome, store_feedback
 from app.schemas import RouteRequest
 from app.store.ledger import LedgerWrite
 from app.store.models import DecisionRow, Tenant
-from routers.replay_format import whole_tokens
+from routers.prices import whole_tokens
 
 log = logging.getLogger(__name__)
 

@@ -23,8 +23,8 @@ from app.store.ledger import LedgerWrite
 from app.store.models import DecisionRow, Router, RouterCounter, Tenant, utcnow
 from app.store.statements import insert_rows
 from embeddings.prompt_text import EmbedText
-from routers.base import Context, KeyedRng, counter_use
-from routers.replay_format import call_cost, decision_key, estimated_tokens
+from routers.base import Context, KeyedRng, counter_use, generator_key
+from routers.prices import call_cost, estimated_tokens
 
 log = logging.getLogger(__name__)
 
@@ -52,15 +52,6 @@ async def expected_costs(ctx: AppContext, arms: list[str], prompt_chars: int) ->
     backends = await ctx.catalog.backends(arms)
     tokens_in = estimated_tokens(prompt_chars)
     return {b.name: call_cost(b, tokens_in, b.default_tokens_out) for b in backends}
-
-
-def decision_rng(seed: int, decision_id: str, request_seed: int | None = None) -> KeyedRng:
-    """Randomness of one decision, from the router's seed and the decision id (or the client's request
-    ``seed`` when it sent one): replicas with the same learned state make the same choice for the same
-    decision, whatever else they served, and a client that replays the same seeded requests gets the
-    same choices (``bench e2e`` matches the simulator's ``round_rng`` this way). Built only if the
-    policy draws (``KeyedRng``)."""
-    return KeyedRng(seed, decision_key(decision_id, request_seed))
 
 
 async def route(
@@ -215,7 +206,7 @@ async def choose(
         embedding=embedding,
         arms=request.candidates,
         costs=costs,
-        rng=decision_rng(router.seed, decision_id, request.seed),
+        rng=KeyedRng(router.seed, generator_key(decision_id, request.seed)),
         decisions_before=decisions_before,
         query_rounds_before=query_rounds_before,
         decision_key=decision_id,

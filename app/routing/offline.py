@@ -139,7 +139,7 @@ async def record_offline(
 def direct_row_id(decision_id: str, model: str) -> str:
     """``direct:<decision id>/<first 16 hex digits of sha256(model)>``: the same for the same call and
     model (an import is idempotent), and at most 7 + 32 + 1 + 16 = 56 characters whatever the model's
-    name (a backend name may have 200, the row id column holds 200)."""
+    name (a backend name may be as long as the row id column: both are ``MAX_NAME``)."""
     return f"{DIRECT_ROW_PREFIX}{decision_id}/{hashlib.sha256(model.encode()).hexdigest()[:16]}"
 
 

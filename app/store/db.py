@@ -56,7 +56,7 @@ async def close_if_used(session: AsyncSession) -> bool:
     connection, dropping its objects; to completion even if the caller is cancelled meanwhile) unless it
     never began a transaction and holds no object. Such a session holds nothing to release, and closing
     it anyway is a greenlet hand-off: 0.09-0.12 ms of a forwarded request's CPU on the development
-    machine, where the hot path reads only through the catalog's caches (issue 13). Returns whether it
+    machine, where the hot path reads only through the catalog's caches. Returns whether it
     closed."""
     sync = session.sync_session
     if not session.in_transaction() and not sync.identity_map and not sync.new and not sync.deleted:
@@ -70,7 +70,7 @@ async def commit_if_used(session: AsyncSession) -> bool:
     """Commit ``session`` unless it never began a transaction and holds no change: the request path
     ends its read transaction before a backend call (no pooled connection held during it), and on a
     session it never used that commit is a transaction begun and ended for nothing, about 0.03 ms of
-    CPU (issue 13). Returns whether it committed."""
+    CPU. Returns whether it committed."""
     sync = session.sync_session
     if not session.in_transaction() and not sync.new and not sync.deleted and not sync.dirty:
         return False

@@ -28,6 +28,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from routers.hyperparameters import MAX_NAME
+
 # SQLite only autoincrements INTEGER PRIMARY KEY columns.
 BigId = BigInteger().with_variant(Integer(), "sqlite")
 
@@ -65,10 +67,10 @@ class ApiKey(Base):
 class Backend(Base):
     __tablename__ = "backends"
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
-    name: Mapped[str] = mapped_column(String(200), unique=True)
+    name: Mapped[str] = mapped_column(String(MAX_NAME), unique=True)
     kind: Mapped[str] = mapped_column(String(16), default="chat")
     base_url: Mapped[str] = mapped_column(Text)
-    upstream_model: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    upstream_model: Mapped[str | None] = mapped_column(String(MAX_NAME), nullable=True)
     usd_per_mtok_in: Mapped[float] = mapped_column(Float, default=0.0)
     usd_per_mtok_out: Mapped[float] = mapped_column(Float, default=0.0)
     usd_per_call: Mapped[float] = mapped_column(Float, default=0.0)
@@ -151,13 +153,13 @@ class FeedbackEvent(Base):
     router_id: Mapped[int | None] = mapped_column(  # null: about a direct call, folded by no router
         ForeignKey("routers.id", ondelete="CASCADE"), nullable=True
     )
-    model: Mapped[str] = mapped_column(String(200))
+    model: Mapped[str] = mapped_column(String(MAX_NAME))
     kind: Mapped[str] = mapped_column(String(32))
     reward: Mapped[float | None] = mapped_column(Float, nullable=True)
     cost: Mapped[float | None] = mapped_column(Float, nullable=True)
     payload: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     # an offline event's own identity and context (null for the events of a decision)
-    row_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    row_id: Mapped[str | None] = mapped_column(String(MAX_NAME), nullable=True)
     embedding: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
@@ -185,7 +187,7 @@ class Attempt(Base):
     __table_args__ = (Index("ix_attempts_decision_id", "decision_id", "id"),)
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     decision_id: Mapped[str] = mapped_column(ForeignKey("decisions.id", ondelete="CASCADE"))
-    model: Mapped[str] = mapped_column(String(200))
+    model: Mapped[str] = mapped_column(String(MAX_NAME))
     number: Mapped[int] = mapped_column(Integer)
     outcome: Mapped[str] = mapped_column(String(32))
     http_status: Mapped[int | None] = mapped_column(Integer, nullable=True)
@@ -208,7 +210,7 @@ class Probe(Base):
     decision_id: Mapped[str] = mapped_column(ForeignKey("decisions.id", ondelete="CASCADE"))
     tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
     router_id: Mapped[int] = mapped_column(ForeignKey("routers.id", ondelete="CASCADE"))
-    model: Mapped[str] = mapped_column(String(200))
+    model: Mapped[str] = mapped_column(String(MAX_NAME))
     answer: Mapped[str | None] = mapped_column(Text, nullable=True)
     cost: Mapped[float | None] = mapped_column(Float, nullable=True)
     status: Mapped[str] = mapped_column(String(16))

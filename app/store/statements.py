@@ -3,7 +3,7 @@ app/store/ledger.py, as the driver's SQL: app/store/driver_sql.py).
 
 ``insert(Entity).values(**row)`` builds a new statement for every row: SQLAlchemy coerces each value
 into a bound parameter, walks them all for the compiled-statement cache key and runs the ORM's bulk
-bookkeeping, about a hundred coercions per forwarded request (issue 13's profile). A statement on the
+bookkeeping, about a hundred coercions per forwarded request (profiled). A statement on the
 ``Table`` with no values, given the row as execution parameters, is the same SQL, compiled once and
 taken from the cache after that; the rows go to the driver as they are.
 

@@ -1,4 +1,4 @@
-"""Issue 14, "Contract": schemathesis fuzzes every operation of the OpenAPI document against a real gateway
+"""The contract: schemathesis fuzzes every operation of the OpenAPI document against a real gateway
 (uvicorn, real sockets), on the SQLite default and on Postgres + Redis, once with a tenant key and once
 with the admin key, and checks each answer: no 5xx, a documented status, a body that matches the
 documented schema (times with their zone included) and a documented content type.

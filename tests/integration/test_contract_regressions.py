@@ -1,4 +1,4 @@
-"""Issue 14, "Contract": what the schemathesis run (tests/integration/test_contract.py) found, each pinned
+"""The contract: what the schemathesis run (tests/integration/test_contract.py) found, each pinned
 by a direct test on the SQLite default and on Postgres + Redis, and the OpenAPI document's error half."""
 
 from __future__ import annotations

@@ -72,7 +72,7 @@ async def test_service_matches_the_offline_replay(pg_stack: Stack, mmlu300: Path
         assert result.repeat_share == 0.0  # bench e2e's default: each seed plays every prompt once
     knn, promptwise = results
     # Without repeated prompts kNN-UCB has no answers to remember: in 300 rounds it has not settled on
-    # GPT-4 (291 GPT-4 against 309 Mixtral over the two seeds, issue 12) and still calls both.
+    # GPT-4 (291 GPT-4 against 309 Mixtral over the two seeds) and still calls both.
     # PromptWise cascades: it starts most prompts on Mixtral and escalates some to GPT-4 (more than one
     # call per prompt on average), at a lower cost.
     assert knn.models["gpt-4-1106-preview"] > 0 and knn.models["mistralai/Mixtral-8x7B-Instruct-v0.1"] > 0

@@ -1,4 +1,4 @@
-"""What the embedder sees (issue 12): prompts sharing a 1,500-piece prefix, with the real MiniLM; and the
+"""What the embedder sees: prompts sharing a 1,500-piece prefix, with the real MiniLM; and the
 gateway applying a router's embed-text rule."""
 
 from __future__ import annotations
@@ -9,12 +9,13 @@ from sqlalchemy import select
 
 from app.main import create_app
 from app.store.models import DecisionRow
+from bench import mmlu_questions as questions
 from embeddings.minilm import load_minilm, load_wordpieces
 from embeddings.prompt_text import EmbedText, embedding_texts, pool
 from routers.base import Context, Observation
 from routers.registry import build_policy
 from tests.conftest import Stack, admin_headers, bearer, make_tenancy, running
-from tests.mmlu_prompts import mmlu_questions
+from tests.mmlu_prompts import TOPICS, mmlu_questions
 
 MATH = ["elementary_mathematics", "high_school_mathematics"]
 HUMANITIES = ["prehistory", "world_religions"]
@@ -27,13 +28,7 @@ def distinct(vectors: np.ndarray) -> int:
 
 def few_shot_prefix(subject: str, title: str) -> str:
     """A few-shot template of at least ``PREFIX_PIECES`` MiniLM word pieces from one MMLU subject."""
-    tokenizer = load_wordpieces()
-    prefix = f"The following are questions (with answers) about {title}.\n\n"
-    for question in mmlu_questions([subject], 80):
-        if len(tokenizer.spans(prefix)) >= PREFIX_PIECES:
-            return prefix
-        prefix += question + "\nAnswer: A\n\n"
-    raise AssertionError("the subject is too short for the prefix")
+    return questions.few_shot_prefix(TOPICS, subject, title, PREFIX_PIECES)
 
 
 def embed(prompts: list, rule: EmbedText) -> np.ndarray:
@@ -67,7 +62,7 @@ def test_a_policy_learns_the_topic_split_behind_the_prefix(shared_prefix_set) ->
 
     The shared prefix compresses the distances (same-topic pairs 0.061 apart on average, other-topic pairs
     0.074), so the variogram finds no slope (l ~ 0) and only the cap on k keeps the estimate local: with k
-    allowed up to the arm's whole history (issue 12's first fix) it earned 0.51-0.59 here; the default cap
+    allowed up to the arm's whole history it earned 0.51-0.59 here; the default cap
     max(32, ceil(N_g / 2)) keeps k within the nearest half of an arm's points (docs/policies/knn-ucb.md,
     "The cap on k")."""
     _, vectors, topics = shared_prefix_set

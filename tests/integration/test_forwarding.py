@@ -681,7 +681,7 @@ async def test_a_forwarded_request_and_its_feedback_served_from_the_caches_use_n
 ) -> None:
     """Once the catalog holds the key, router and backend, a forwarded request (kNN-UCB: its counter
     read through the ledger) and a POST /feedback (its decision read through the ledger) make no
-    statement or commit on the request's session (before pass 7: 2 and 4 such hand-offs)."""
+    statement or commit on the request's session (each would be a greenlet hand-off)."""
     app = gateway_app(stack)
     async with running(app) as client:
         backend = await add_backend(client, fake, "plain")

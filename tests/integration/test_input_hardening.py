@@ -1,4 +1,4 @@
-"""Issue 14, "Input": every reproduction of a bad input that reached a 500 (or was silently stored), on
+"""Input hardening: every reproduction of a bad input that reached a 500 (or was silently stored), on
 the SQLite default and on Postgres + Redis. Each is now a 4xx that names the field or the limit, and
 rows stored before input was checked still render in the admin views."""
 

@@ -17,7 +17,7 @@ from app.api.http_limits import HttpLimits
 from app.demo import set_up_demo
 from app.demo_dataset import TOPICS, write_demo_dataset
 from app.main import create_app
-from app.replay_backends import load_dataset, replay_app
+from app.replay_backends import ReplayDataset, replay_app
 from app.replay_evaluator import run_evaluator
 from app.settings import Settings
 from app.store.migrate import upgrade
@@ -33,7 +33,7 @@ LIMITS = HttpLimits.of(Settings(max_body_bytes=64 * 1024))
 
 
 def replay_backends(directory: Path) -> FastAPI:
-    return replay_app(load_dataset(directory), REPLAY_KEY, LIMITS)
+    return replay_app(ReplayDataset.read(directory), REPLAY_KEY, LIMITS)
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +97,7 @@ async def test_the_router_learns_the_demo_topics_through_the_gateway(
     """LinUCB (alpha 0.5, the demo's router) over the two replay backends, fed the logged rewards by the
     evaluator. Best per topic: maths -> demo-large (0.9 vs 0.3), writing -> demo-small (0.9 vs 0.6).
     Uniform random choice earns 0.675 on average; the oracle 0.9."""
-    rows = {r["id"]: r for r in load_dataset(dataset_dir).rows}
+    rows = {r.id: r.fields for r in ReplayDataset.read(dataset_dir).rows}
     async with served(replay_backends(dataset_dir)) as replay_url:
         app = create_app(Stack("sqlite", fresh_db, None).settings())
         async with running(app) as client:
@@ -129,7 +129,7 @@ async def test_the_router_learns_the_demo_topics_through_the_gateway(
             ).status_code == 201
             printed: list[str] = []
             summary = await run_evaluator(
-                client, key, load_dataset(dataset_dir), limit=200, block=50, seed=1, echo=printed.append
+                client, key, ReplayDataset.read(dataset_dir), limit=200, block=50, seed=1, echo=printed.append
             )
     assert summary.errors == 0 and len(printed) == 4 and sum(summary.models.values()) == 200
     best = {topic: max(p, key=p.__getitem__) for topic, (p, _) in TOPICS.items()}
@@ -142,7 +142,13 @@ async def test_the_router_learns_the_demo_topics_through_the_gateway(
 async def test_model_names_with_slashes_and_logged_token_counts(tmp_path: Path) -> None:
     model = "mistralai/Mixtral-8x7B-Instruct-v0.1"
     (tmp_path / "models.json").write_text(json.dumps({"models": [{"name": model}], "reward_range": [0, 1]}))
-    row = {"id": "r1", "prompt": "2+2?", "rewards": {model: 1.0}, "tokens_in": {model: 11}, "tokens_out": 3}
+    row = {
+        "id": "r1",
+        "prompt": "2+2?",
+        "rewards": {model: 1.0},
+        "tokens_in": {model: 11},
+        "tokens_out": {model: 3},
+    }
     (tmp_path / "rows.jsonl").write_text(json.dumps(row) + "\n")
     answer = await replay_client(tmp_path, model).chat.completions.create(
         model="x", messages=[{"role": "user", "content": "2+2?"}]
@@ -182,7 +188,7 @@ async def test_the_evaluator_answers_active_learning_queries(
                 await client.post("/admin/tenants/q/routers", json=router, headers=admin_headers())
             ).status_code == 201
             summary = await run_evaluator(
-                client, key, load_dataset(dataset_dir), limit=20, echo=lambda _: None
+                client, key, ReplayDataset.read(dataset_dir), limit=20, echo=lambda _: None
             )
             await app.state.ctx.probes.drain()
             async with app.state.ctx.sessionmaker() as session:

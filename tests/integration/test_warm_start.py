@@ -1,4 +1,4 @@
-"""Warm start from logs (issue 15, section 3): rows uploaded to ``POST .../observations`` become offline
+"""Warm start from logs: rows uploaded to ``POST .../observations`` become offline
 events that the router's policy learns at once, once per row id, that survive a restart (a replay of
 the log and a snapshot rebuild), and that a second replica folds too. Both stacks."""
 
@@ -21,7 +21,7 @@ from sqlalchemy import select
 
 from app.main import create_app
 from app.store.models import FeedbackEvent
-from bench.dataset import write_dataset
+from replay_dataset.files import write_dataset
 from routers.base import decode_state
 from tests.conftest import ADMIN_KEY, Stack, Tenancy, admin_headers, bearer, make_tenancy, running, unique
 from tests.fake_backend import FakeBackends

@@ -54,7 +54,13 @@ def test_the_scan_sees_imports_at_any_depth(tmp_path: Path) -> None:
 def test_policies_and_embedders_import_nothing_from_the_service_or_the_harness() -> None:
     for folder in ("routers", "embeddings"):
         assert sources(folder)
-        assert offenders(folder, ("app", "workers", "bench", "experiments")) == {}, folder
+        assert offenders(folder, ("app", "workers", "bench", "experiments", "replay_dataset")) == {}, folder
+
+
+def test_the_replay_format_is_neutral_ground_between_the_service_and_the_harness() -> None:
+    """app/ and bench/ both import replay_dataset/, so it imports neither (nor workers or experiments)."""
+    assert sources("replay_dataset")
+    assert offenders("replay_dataset", ("app", "workers", "bench", "experiments")) == {}
 
 
 def test_the_harness_never_imports_the_service_or_the_experiments() -> None:

@@ -12,12 +12,11 @@ from app.api.errors import is_openai_path
 from app.auth import bearer_token, display_prefix, hash_key, is_admin_key, new_api_key
 from app.events import CatalogChanged, FeedbackMessage, RouterChanged, decode_message, encode_message
 from app.jsonable import jsonable
-from app.routing.decide import decision_rng
 from app.schemas import FeedbackRequest, RouterCreate, RouteRequest, TenantLimits
 from app.settings import RATE_LIMIT_MAX, Settings
 from app.store.models import Backend
-from routers.base import decision_rng as keyed_rng
-from routers.replay_format import call_cost
+from routers.base import KeyedRng, decision_rng, generator_key
+from routers.prices import call_cost
 
 
 def test_settings_read_env_and_normalise_urls(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -89,13 +88,16 @@ def test_call_cost_is_tokens_times_prices_plus_per_call() -> None:
     assert call_cost(backend, 1000, 500) == pytest.approx(0.027)
 
 
-def test_decision_rng_depends_on_seed_and_decision_only() -> None:
-    a = decision_rng(7, "ab" * 16)().random(3)
-    assert np.array_equal(a, decision_rng(7, "ab" * 16)().random(3))
-    assert not np.array_equal(a, decision_rng(8, "ab" * 16)().random(3))
-    assert not np.array_equal(a, decision_rng(7, "cd" * 16)().random(3))
+def test_a_decisions_generator_depends_on_seed_and_decision_only() -> None:
+    def gateway_rng(seed: int, decision_id: str) -> KeyedRng:  # as app/routing/decide.py builds it
+        return KeyedRng(seed, generator_key(decision_id))
+
+    a = gateway_rng(7, "ab" * 16)().random(3)
+    assert np.array_equal(a, gateway_rng(7, "ab" * 16)().random(3))
+    assert not np.array_equal(a, gateway_rng(8, "ab" * 16)().random(3))
+    assert not np.array_equal(a, gateway_rng(7, "cd" * 16)().random(3))
     # the same numbers as the simulator's generator of the same key: the decision id's first 64 bits
-    assert np.array_equal(a, keyed_rng(7, int("ab" * 8, 16)).random(3))
+    assert np.array_equal(a, decision_rng(7, int("ab" * 8, 16)).random(3))
 
 
 def test_messages_round_trip() -> None:

@@ -11,12 +11,13 @@ import pytest
 
 from bench import run_command
 from bench.cli import main
-from bench.dataset import load_dataset, write_dataset
+from bench.dataset import load_dataset
 from bench.metrics import converged_round, violation_curve
 from bench.policy_spec import parse_spec
 from bench.result_schema import validate_report
 from bench.run_command import replay
 from bench.trace import Trace
+from replay_dataset.files import write_dataset
 from routers.base import Decision
 from tests.unit.bench.scripted_policy import always, register
 

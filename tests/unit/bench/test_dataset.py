@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.dataset import DatasetError, load_dataset, write_dataset
+from bench.dataset import load_dataset
+from replay_dataset.files import DatasetError, write_dataset
 
 MODELS = [
     {"name": "small", "usd_per_mtok_in": 1.0, "usd_per_mtok_out": 2.0, "usd_per_call": 0.0},

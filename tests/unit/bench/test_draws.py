@@ -10,11 +10,12 @@ import pytest
 
 from bench.arm_schedule import build_schedule, parse_arm_event
 from bench.cli import build_parser, main
-from bench.dataset import Dataset, load_dataset, write_dataset
+from bench.dataset import Dataset, load_dataset
 from bench.e2e import offline_traces
 from bench.policy_spec import parse_spec
 from bench.replay_env import ReplayEnv
 from bench.run_command import replay
+from replay_dataset.files import write_dataset
 from routers.base import Context, Decision
 from tests.unit.bench.scripted_policy import ScriptedPolicy, always, register
 

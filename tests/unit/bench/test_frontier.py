@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from bench.cli import main
-from bench.dataset import write_dataset
 from bench.frontier import lambda_grid, mixing_frontier
+from replay_dataset.files import write_dataset
 
 # per prompt: (reward of A, reward of B); A costs 0.001 USD a call, B 0.004
 REWARDS = [(1.0, 1.0), (0.0, 1.0), (0.0, 0.0), (1.0, 0.0), (0.5, 1.0), (0.0, 1.0)]

@@ -7,11 +7,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.dataset import load_dataset, write_dataset
+from bench.dataset import load_dataset
 from bench.incumbent_check import floor_ratio, incumbent_comparison
 from bench.policy_spec import parse_spec
 from bench.report_table import format_table
 from bench.result_schema import validate_report
+from replay_dataset.files import write_dataset
 from routers.base import Context, Decision
 from tests.unit.bench.scripted_policy import Script, ScriptedPolicy, register, replay_with_repeats
 

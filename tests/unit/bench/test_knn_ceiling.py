@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 from bench.arm_schedule import build_schedule, parse_arm_event
-from bench.dataset import Dataset, load_dataset, write_dataset
+from bench.dataset import Dataset, load_dataset
 from bench.knn_ceiling import candidate_ks, knn_ceiling
 from bench.replay_env import ReplayEnv
 from bench.run_command import replay
+from replay_dataset.files import write_dataset
 
 MODELS = [{"name": "X", "usd_per_call": 0.01}, {"name": "Y", "usd_per_call": 0.02}]
 X, Y = 0, 1

@@ -12,7 +12,7 @@ from bench import mixture
 from bench.mixture_datasets import (
     MixtureDataset,
     gaussian_dataset,
-    load_dataset,
+    load_mixture_dataset,
     project_dataset,
     read_texts_jsonl,
     texts_dataset,
@@ -43,7 +43,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_dataset_round_trip_and_known_optimum(tiny: Path) -> None:
-    data = load_dataset(tiny)
+    data = load_mixture_dataset(tiny)
     assert data.arms == ["mode-x", "mode-y", "mode-z", "broad"]
     assert data.dim == 3 and all(x.shape == (300, 3) for x in data.pools.values())
     assert data.reference is not None and data.reference.shape == (200, 3)
@@ -68,10 +68,10 @@ def test_known_rke_optimum_matches_a_large_sample_estimate() -> None:
 def test_bad_dataset_files_are_rejected(tmp_path: Path) -> None:
     np.savez(tmp_path / "empty.npz", reference=np.zeros((2, 2)))
     with pytest.raises(ValueError, match="arm:"):
-        load_dataset(tmp_path / "empty.npz")
+        load_mixture_dataset(tmp_path / "empty.npz")
     np.savez(tmp_path / "ragged.npz", **{"arm:a": np.zeros((2, 2)), "arm:b": np.zeros((2, 3))})
     with pytest.raises(ValueError, match="same d"):
-        load_dataset(tmp_path / "ragged.npz")
+        load_mixture_dataset(tmp_path / "ragged.npz")
 
 
 def test_texts_jsonl_conversion_with_hashing_embedder(
@@ -90,7 +90,7 @@ def test_texts_jsonl_conversion_with_hashing_embedder(
     assert arms == {"a": ["red apples", "green"], "b": ["blue sky"]} and reference == ["the sky is blue"]
     data = texts_dataset(arms, reference, "hashing:16")
     assert data.pools["a"].shape == (2, 16) and data.reference is not None
-    assert list((tmp_path / "cache" / "embeddings" / "hashing_16").glob("*.npy"))  # cached on disk
+    assert list((tmp_path / "cache" / "embeddings" / "hashing_16").glob("*.npz"))  # bench run's cache
     again = texts_dataset(arms, reference, "hashing:16")
     np.testing.assert_array_equal(again.pools["a"], data.pools["a"])
     small = project_dataset(data, 2)

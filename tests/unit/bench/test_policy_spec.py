@@ -9,9 +9,10 @@ from typing import Any, ClassVar
 
 import pytest
 
-from bench.dataset import load_dataset, write_dataset
+from bench.dataset import load_dataset
 from bench.policy_spec import build_from_spec, hyperparameters, parse_spec
 from bench.run_command import replay
+from replay_dataset.files import write_dataset
 from routers.base import Decision, PolicyConfigError
 from routers.kernel_ucb import PakUCB
 from routers.registry import POLICIES

@@ -7,8 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.dataset import load_dataset, write_dataset
+from bench.dataset import load_dataset
 from bench.policy_spec import parse_spec
+from replay_dataset.files import write_dataset
 from routers.base import Context, Decision
 from tests.unit.bench.scripted_policy import ScriptedPolicy, always, register, replay_with_repeats
 

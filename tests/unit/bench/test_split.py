@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from bench.cli import main
-from bench.dataset import load_dataset, write_dataset
+from bench.dataset import load_dataset
 from bench.split import split_rows
+from replay_dataset.files import write_dataset
 
 MODELS = [{"name": "a"}, {"name": "b"}]
 

@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 
 from bench.cli import main
-from bench.dataset import Dataset, load_dataset, write_dataset
+from bench.dataset import Dataset, load_dataset
 from bench.policy_spec import parse_spec
 from bench.result_schema import validate_report
 from bench.run_command import replay
 from bench.synthetic import linear_dataset
 from bench.warm_start import WARM_STREAM, WarmStart
+from replay_dataset.files import write_dataset
 from routers.base import Decision
 from tests.unit.bench.scripted_policy import ScriptedPolicy, always, register
 

@@ -1,4 +1,4 @@
-"""Safe exploration against the incumbent (issue 15, section 2): the conservative check by hand, the
+"""Safe exploration against the incumbent: the conservative check by hand, the
 floor on an adversarial set, learning under the floor, the default incumbent, state and replicas."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Cost as an objective (issue 15, section 1): the cost-adjusted index, the pacing multiplier, its
+"""Cost as an objective: the cost-adjusted index, the pacing multiplier, its
 replica consistency, and pacing to a target on a synthetic three-arm problem."""
 
 from __future__ import annotations

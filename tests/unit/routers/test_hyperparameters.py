@@ -203,10 +203,10 @@ def test_every_policy_builds_with_its_defaults_and_round_trips_its_state(name: s
 
 
 def _as_written_now(state: Any) -> Any:
-    """A legacy state in the format the current code writes: the three changes made on purpose since
-    (issue 15's wiring): the cost pacer remembers its ``recent`` decision keys (one request per decision),
-    and a retry cascade is a ``PolicyWrapper`` (``config`` and ``seed`` at the top); (issue 13) a kNN
-    policy's config names its vectors' ``precision``, float32 for a state saved without it."""
+    """A legacy state in the format the current code writes, with the three changes made on purpose since
+    it was saved: the cost pacer remembers its ``recent`` decision keys (one request per decision), a retry cascade
+    is a ``PolicyWrapper`` (``config`` and ``seed`` at the top), and a kNN policy's config names its
+    vectors' ``precision``, float32 for a state saved without it."""
     if isinstance(state, list):
         return [_as_written_now(item) for item in state]
     if not isinstance(state, dict):

@@ -177,7 +177,7 @@ def test_context_free_arms_stop_exploring_the_worse_one() -> None:
     """With l ~ 0 both arms' k sits at the cap K, so once both are past K points the worse arm wins a
     round when f_bad - f_good > U_good - U_bad ~ 0: the k-NN means have sds sqrt(0.8 * 0.2 / K) and
     sqrt(0.72 * 0.28 / K), so it does with probability Phi(-0.08 / sqrt(0.3616 / K)): 23% at K = 32
-    (the old cap, the "quarter" of issue 12), 1.7% at K = 256. The default cap max(32, ceil(N / 2))
+    (the cap k_max = 32), 1.7% at K = 256. The default cap max(32, ceil(N / 2))
     reaches 256 at 512 points, and the worse arm's smaller K keeps its bonus larger only while it holds
     few points (UCB's retries, at K = N / 2 instead of N). Add the warm-up rounds: the share stays below
     10% with a cap that grows linearly in N, and cannot at K = 32 or with max(32, ceil(sqrt N))

@@ -1,11 +1,14 @@
 """How long GET .../routers/{router}/stats takes over many decisions (one feedback event each).
 
-    PYTHONPATH=. python scripts/time_stats.py sqlite+aiosqlite:////tmp/stats.db 50000
-    PYTHONPATH=. python scripts/time_stats.py postgresql+asyncpg://postgres@127.0.0.1:5432/stats_timing 50000
+    python -m experiments.stats_timing sqlite+aiosqlite:////tmp/stats.db 50000
+    python -m experiments.stats_timing postgresql+asyncpg://postgres@127.0.0.1:5432/stats_timing 50000
 
 Migrates the database (which must exist and should be empty), writes N decisions spread over the last
 24 hours with rows inserted directly, runs ANALYZE on Postgres, then prints the median of 5 requests for
-the default range (24 one-hour buckets).
+the default range (24 one-hour buckets). The app runs in this process (httpx's ASGI transport), with
+a tenant, two backends and a ``linucb`` router made through the admin API.
+
+experiments/ is not packaged and may import app/.
 """
 
 from __future__ import annotations
@@ -17,21 +20,35 @@ import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
+import httpx
 import numpy as np
 from sqlalchemy import insert, text
 
 from app.main import create_app
+from app.settings import Settings
 from app.store.migrate import upgrade
 from app.store.models import DecisionRow, FeedbackEvent
-from tests.conftest import Stack, admin_headers, make_tenancy, running
+
+ADMIN = "experiment-admin-key-0123456789abcdef"
+ARMS = ["stats-a", "stats-b"]
 
 
 async def main(url: str, n: int) -> None:
-    app = create_app(Stack("timing", url, None).settings(log_level="WARNING"))
-    async with running(app) as client:
-        tenancy = await make_tenancy(client)
-        h = admin_headers()
-        base = f"/admin/tenants/{tenancy.tenant}"
+    app = create_app(Settings(database_url=url, admin_key=ADMIN, embedder="hashing", log_level="WARNING"))
+    h = {"Authorization": f"Bearer {ADMIN}"}
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway") as client,
+    ):
+        tenant = f"t{uuid.uuid4().hex[:8]}"
+        (await client.post("/admin/tenants", json={"name": tenant}, headers=h)).raise_for_status()
+        for arm in ARMS:
+            backend = {"name": arm, "base_url": "http://127.0.0.1:9/v1"}
+            if (await client.get(f"/admin/backends/{arm}", headers=h)).status_code == 404:
+                (await client.post("/admin/backends", json=backend, headers=h)).raise_for_status()
+        router = {"name": "main", "policy": "linucb", "arms": ARMS, "is_default": True}
+        (await client.post(f"/admin/tenants/{tenant}/routers", json=router, headers=h)).raise_for_status()
+        base = f"/admin/tenants/{tenant}"
         tenant_id = (await client.get(base, headers=h)).json()["id"]
         router_id = (await client.get(f"{base}/routers/main", headers=h)).json()["id"]
         now, embedding = datetime.now(UTC), np.zeros(384, np.float32).tobytes()
@@ -40,9 +57,9 @@ async def main(url: str, n: int) -> None:
             decision_id, when, model = (
                 uuid.uuid4().hex,
                 now - timedelta(seconds=86400 * i / n),
-                tenancy.arms[i % 2],
+                ARMS[i % 2],
             )
-            other = [tenancy.arms[1 - i % 2]] if i % 10 == 0 else []
+            other = [ARMS[1 - i % 2]] if i % 10 == 0 else []
             ids = {"tenant_id": tenant_id, "router_id": router_id, "created_at": when}
             decisions.append(
                 ids
