@@ -25,7 +25,14 @@ from app.backend_keys import SecretKeyMissing, encrypt_key, fernet_for
 from app.bus import EventBus
 from app.events import CatalogChanged, Message, RouterChanged
 from app.routing.errors import Conflict, Invalid, NotFound
-from app.schemas import BackendCreate, BackendUpdate, RouterCreate, RouterUpdate, TenantLimits
+from app.schemas import (
+    BackendCreate,
+    BackendUpdate,
+    EmbedTextConfig,
+    RouterCreate,
+    RouterUpdate,
+    TenantLimits,
+)
 from app.settings import Settings
 from app.state import fresh_policy
 from app.store.eventlog import max_event_id, snapshot_row
@@ -212,6 +219,22 @@ async def get_router(session: AsyncSession, tenant: Tenant, name: str) -> Router
     if row is None:
         raise NotFound(f"router {name!r} not found for tenant {tenant.name!r}")
     return row
+
+
+def router_fields(row: Router) -> dict[str, Any]:
+    """The router's configuration as its create body names it (what the API shows and a file declares)."""
+    return {
+        "name": row.name,
+        "policy": row.policy,
+        "hyperparameters": row.hyperparameters,
+        "arms": list(row.arms),
+        "reward_range": [row.reward_lo, row.reward_hi],
+        "seed": row.seed,
+        "is_default": row.is_default,
+        "judge_url": row.judge_url,
+        "judge_threshold": row.judge_threshold,
+        "embed_text": EmbedTextConfig.model_validate(row.embed_text or {}),
+    }
 
 
 async def validate_router(

@@ -10,11 +10,10 @@ from sqlalchemy import select
 from app import catalog_admin
 from app.api.contract import documented
 from app.api.deps import AdminOnly, Ctx, Session
-from app.catalog_admin import Announcements, deliver, get_router, get_tenant
+from app.catalog_admin import Announcements, deliver, get_router, get_tenant, router_fields
 from app.input_types import Text
 from app.jsonable import jsonable
 from app.schemas import (
-    EmbedTextConfig,
     RouterCreate,
     RouterOut,
     RouterStateImport,
@@ -36,19 +35,10 @@ def router_out(r: Router, tenant: Tenant) -> RouterOut:
     return RouterOut(
         id=r.id,
         tenant=tenant.name,
-        name=r.name,
-        policy=r.policy,
-        hyperparameters=r.hyperparameters,
-        arms=list(r.arms),
-        reward_range=[r.reward_lo, r.reward_hi],
-        seed=r.seed,
-        is_default=r.is_default,
         version=r.version,
-        judge_url=r.judge_url,
-        judge_threshold=r.judge_threshold,
-        embed_text=EmbedTextConfig.model_validate(r.embed_text or {}),
         created_at=r.created_at,
         updated_at=r.updated_at,
+        **router_fields(r),
     )
 
 
