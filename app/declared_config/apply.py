@@ -67,10 +67,10 @@ class Plan:
         return [s.what for s in self.steps if s.action == "reset"]
 
     def summary(self, source: str, dry_run: bool) -> str:
-        verb = "would change" if dry_run else "changed"
         if not self.steps:
             return f"{source}: nothing to change ({self.unchanged} objects as declared)"
-        lines = [f"{source}: {verb} {len(self.steps)} objects, {self.unchanged} already as declared"]
+        made = "to make (dry run: nothing written)" if dry_run else "made"
+        lines = [f"{source}: {len(self.steps)} changes {made}, {self.unchanged} objects already as declared"]
         lines += [f"  {s.line()}" for s in self.steps]
         if self.reset:
             lines.append(
@@ -226,6 +226,10 @@ class Applier:
             key_path: Path_ = (*path, "keys", k)
             value = self.env[key.value_env]
             digest = hash_key(value)
+            if digest in wanted:
+                raise self.source.error(
+                    (*key_path, "value_env"), f"{key.value_env} holds another declared key's value"
+                )
             wanted.add(digest)
             what = f"key '{tenant.name}/{key.name}'"
             row = await self.session.scalar(select(ApiKey).where(ApiKey.key_hash == digest))

@@ -255,7 +255,10 @@ async def test_a_dry_run_prints_the_plan_and_writes_nothing(
     plan = await apply_file(empty_stack.settings(), path, env_for("bg_dry-run-key-1"), dry_run=True)
     assert len(plan.steps) == 4
     summary = plan.summary(str(path), dry_run=True)
-    assert summary.splitlines()[0] == f"{path}: would change 4 objects, 0 already as declared"
+    assert (
+        summary.splitlines()[0]
+        == f"{path}: 4 changes to make (dry run: nothing written), 0 objects already as declared"
+    )
     assert "  create router 'acme/main'" in summary.splitlines()
     exported = yaml.safe_load(await export_text(empty_stack.settings()))
     assert exported == {"version": 1}
@@ -373,6 +376,12 @@ async def test_a_secret_written_in_the_file_is_refused(sqlite_stack: Stack, tmp_
     data["backends"][0]["api_key"] = "sk-in-the-file"
     with pytest.raises(ConfigError, match="api_key: Value error, a secret is never written in the file"):
         await apply_file(sqlite_stack.settings(), write(tmp_path, data), env_for("bg_x-0000001"))
+    data = catalog("acme", ["small"])
+    data["tenants"][0]["keys"].append({"name": "again", "value_env": "TEST_TENANT_KEY"})
+    with pytest.raises(
+        ConfigError, match=r"key 'again': value_env: TEST_TENANT_KEY holds another declared key's value"
+    ):
+        await apply_file(sqlite_stack.settings(), write(tmp_path, data), env_for("bg_x-0000002"))
     data = catalog("acme", ["small"])
     with pytest.raises(ConfigError, match="value_env: the environment variable TEST_TENANT_KEY is not set"):
         await apply_file(sqlite_stack.settings(), write(tmp_path, data), {"TEST_BACKEND_KEY": "k"})

@@ -3,13 +3,19 @@ stdout, a refused file as one line on stderr with exit status 2 and nothing appl
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 
 from app.cli import main
 from app.store.migrate import upgrade
+from tests.integration.processes import wait_until_ready
+from tests.served import free_port
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "banditgate.yaml"
 
@@ -31,11 +37,17 @@ def database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 def test_dry_run_then_apply_then_apply_again(database: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["apply", "--dry-run", str(EXAMPLE)]) == 0
     planned = capsys.readouterr().out.splitlines()
-    assert planned[0] == f"{EXAMPLE}: would change 7 objects, 0 already as declared"
+    assert (
+        planned[0]
+        == f"{EXAMPLE}: 7 changes to make (dry run: nothing written), 0 objects already as declared"
+    )
     assert "  create router 'acme/careful'" in planned
     assert main(["apply", str(EXAMPLE)]) == 0
     applied = capsys.readouterr().out.splitlines()
-    assert applied[0] == f"{EXAMPLE}: changed 7 objects, 0 already as declared" and applied[1:] == planned[1:]
+    assert (
+        applied[0] == f"{EXAMPLE}: 7 changes made, 0 objects already as declared"
+        and applied[1:] == planned[1:]
+    )
     assert main(["apply", str(EXAMPLE)]) == 0
     assert capsys.readouterr().out == f"{EXAMPLE}: nothing to change (7 objects as declared)\n"
     assert main(["export"]) == 0
@@ -63,3 +75,23 @@ def test_a_refused_file_is_one_line_and_exit_status_2(
     )
     assert main(["export"]) == 0
     assert yaml.safe_load(capsys.readouterr().out.split("\n", 2)[2]) == {"version": 1}
+
+
+def test_serve_with_a_config_file_applies_it_then_serves(database: str) -> None:
+    """A real ``banditgate serve --config`` process: the example's key routes through its router."""
+    port = free_port()
+    env = dict(os.environ) | {"BANDITGATE_ADMIN_KEY": "serve-config-admin"}
+    command = [sys.executable, "-m", "app.cli", "serve", "--config", str(EXAMPLE), "--port", str(port)]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        wait_until_ready(process, f"http://127.0.0.1:{port}")
+        routed = httpx.post(
+            f"http://127.0.0.1:{port}/route",
+            json={"prompt": "hello"},
+            headers={"Authorization": f"Bearer {os.environ['ACME_WEB_KEY']}"},
+        )
+        assert routed.status_code == 200 and routed.json()["router"] == "main"
+    finally:
+        process.terminate()
+        out, _ = process.communicate(timeout=20)
+    assert out.decode().splitlines()[0] == f"{EXAMPLE}: 7 changes made, 0 objects already as declared"

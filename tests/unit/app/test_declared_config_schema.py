@@ -15,7 +15,7 @@ from app.cli import main
 from app.declared_config.schema import ConfigFile, config_schema
 from app.declared_config.source import read, validated
 
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
 
 
 def test_the_printed_schema_is_the_committed_one(capsys: pytest.CaptureFixture[str]) -> None:
