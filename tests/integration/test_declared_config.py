@@ -334,6 +334,15 @@ async def test_a_file_the_api_refuses_is_refused_with_the_apis_message_and_nothi
                 {"name": unique("u"), "base_url": "ftp://x"},
                 422,
             ),
+            # a backend declared twice (the API: created twice)
+            (
+                "backend",
+                {"name": arms[0]},
+                "name",
+                "/admin/backends",
+                {"name": arms[0], "base_url": "http://x"},
+                409,
+            ),
         ]
         for kind, change, field, url, body, status in cases:
             api = await client.post(url, json=body, headers=h)
@@ -348,7 +357,7 @@ async def test_a_file_the_api_refuses_is_refused_with_the_apis_message_and_nothi
             elif kind == "router":
                 declared_router.update(change)
             else:
-                data["backends"].append({"name": unique("u"), **change})
+                data["backends"].append({"name": unique("u"), "base_url": "http://127.0.0.1:9/v1", **change})
             path = write(tmp_path, data)
             with pytest.raises(ConfigError) as refused:
                 await apply_file(stack.settings(), path, env_for(key))
