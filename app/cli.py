@@ -80,6 +80,12 @@ def _state_secret(state_dir: Path, name: str, prefix: str) -> str:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    if args.config is not None:
+        from app.declared_config.commands import apply_path
+
+        applied = apply_path(args.config)
+        if applied:
+            return applied
     return _serve(args.host, args.port, args.workers, not args.no_access_log)
 
 
@@ -253,6 +259,29 @@ def cmd_worker(rest: list[str]) -> int:
     return int(module.main(rest[1:]))
 
 
+def _config_command(name: str) -> Any:
+    def run(args: argparse.Namespace) -> int:
+        from app.declared_config import commands
+
+        return int(getattr(commands, name)(args))
+
+    return run
+
+
+def add_config_commands(sub: Any) -> None:
+    """``apply``, ``export`` and ``config-schema``: the catalog as a file (docs/config.md)."""
+    apply = sub.add_parser("apply", help="make the catalog what a configuration file declares")
+    apply.add_argument("file", type=Path, help="the YAML file (docs/config.md)")
+    apply.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    apply.add_argument("--prune", action="store_true", help="also remove what the file does not declare")
+    apply.set_defaults(func=_config_command("cmd_apply"))
+    export = sub.add_parser("export", help="write the catalog as a configuration file")
+    export.add_argument("-o", "--output", type=Path, help="the file to write (default: stdout)")
+    export.set_defaults(func=_config_command("cmd_export"))
+    schema = sub.add_parser("config-schema", help="print the configuration file's JSON schema")
+    schema.set_defaults(func=_config_command("cmd_config_schema"))
+
+
 DESCRIPTION = (
     "banditgate: a model-routing gateway that learns which LLM or image model to call for each prompt. "
     "Settings come from BANDITGATE_* environment variables (docs/settings.md)."
@@ -268,7 +297,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
     serve.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (>1 needs Redis)")
     serve.add_argument("--no-access-log", action="store_true", help="no line per request on stderr")
+    serve.add_argument("--config", type=Path, help="apply this configuration file first (docs/config.md)")
     serve.set_defaults(func=cmd_serve)
+    add_config_commands(sub)
 
     migrate = sub.add_parser("migrate", help="apply database migrations (Alembic)")
     migrate.add_argument("--revision", default="head", help="target revision (default: the latest)")

@@ -51,6 +51,20 @@ def fresh_pg_database() -> Iterator[str]:
         asyncio.run(_admin_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
+@contextmanager
+def own_database(stack: str, tmp: Path) -> Iterator[Stack]:
+    """A database of the test's own, migrated and empty (SQLite: under ``tmp``): for tests that create
+    what the session's other tests must not see, or that need nothing there."""
+    if stack == "sqlite":
+        tmp.mkdir(parents=True, exist_ok=True)
+        url = f"sqlite+aiosqlite:///{tmp / 'own.db'}"
+        upgrade(url)
+        yield Stack("sqlite", url, None)
+        return
+    with fresh_pg_database() as url:
+        yield Stack("postgres", url, REDIS_URL)
+
+
 @pytest.fixture(scope="session")
 def pg_url() -> Iterator[str]:
     """A fresh Postgres database for this test session, migrated to head, dropped afterwards."""

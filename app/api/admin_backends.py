@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException, status
+from fastapi import APIRouter, status
 from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError
 
+from app import catalog_admin
 from app.api.contract import documented
 from app.api.deps import AdminOnly, Ctx, Session
-from app.backend_keys import SecretKeyMissing, encrypt_key, fernet_for
+from app.catalog_admin import Announcements, deliver, get_backend
 from app.input_types import Text
 from app.schemas import BackendCreate, BackendOut, BackendUpdate
-from app.store.models import Backend, Router
+from app.store.models import Backend
 
 router = APIRouter(prefix="/admin/backends", tags=["admin: backends"], dependencies=[AdminOnly])
 
@@ -34,33 +34,12 @@ def backend_out(b: Backend) -> BackendOut:
     )
 
 
-def sealed_key(ctx: Ctx, api_key: str | None) -> str | None:
-    """The API key encrypted for storage; 422 when no BANDITGATE_SECRET_KEY is configured."""
-    if api_key is None:
-        return None
-    try:
-        return encrypt_key(fernet_for(ctx.settings.secret_key), api_key)
-    except SecretKeyMissing as exc:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from exc
-
-
-async def get_backend(session: Session, name: str) -> Backend:
-    backend = await session.scalar(select(Backend).where(Backend.name == name))
-    if backend is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"backend {name!r} not found")
-    return backend
-
-
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=BackendOut, responses=documented(409))
 async def create_backend(body: BackendCreate, session: Session, ctx: Ctx) -> BackendOut:
-    fields = body.model_dump(exclude={"api_key"})
-    backend = Backend(**fields, api_key_secret=sealed_key(ctx, body.api_key))
-    session.add(backend)
-    try:
-        await session.commit()
-    except IntegrityError as exc:
-        raise HTTPException(status.HTTP_409_CONFLICT, f"backend {body.name!r} already exists") from exc
-    await ctx.catalog.announce(ctx.bus, f"backend {body.name} created")
+    news = Announcements()
+    backend = await catalog_admin.create_backend(session, ctx.settings, body, news)
+    await session.commit()
+    await deliver(ctx, news)
     return backend_out(backend)
 
 
@@ -77,27 +56,17 @@ async def read_backend(name: Text, session: Session) -> BackendOut:
 @router.patch("/{name:path}", response_model=BackendOut)
 async def update_backend(name: Text, body: BackendUpdate, session: Session, ctx: Ctx) -> BackendOut:
     backend = await get_backend(session, name)
-    changes = body.model_dump(exclude_unset=True)
-    if "api_key" in changes:
-        backend.api_key_secret = sealed_key(ctx, changes.pop("api_key"))
-    for field, value in changes.items():
-        if value is None and field != "upstream_model":
-            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"{field} cannot be null")
-        setattr(backend, field, value)
+    news = Announcements()
+    catalog_admin.update_backend(ctx.settings, backend, body, news)
     await session.commit()
-    await ctx.catalog.announce(ctx.bus, f"backend {name} changed")
+    await deliver(ctx, news)
     return backend_out(backend)
 
 
 @router.delete("/{name:path}", status_code=status.HTTP_204_NO_CONTENT, responses=documented(409))
 async def delete_backend(name: Text, session: Session, ctx: Ctx) -> None:
     """409 while a router still lists the backend as an arm."""
-    backend = await get_backend(session, name)
-    users = [r.name for r in await session.scalars(select(Router)) if name in (r.arms or [])]
-    if users:
-        raise HTTPException(
-            status.HTTP_409_CONFLICT, f"backend {name!r} is an arm of routers {sorted(users)}"
-        )
-    await session.delete(backend)
+    news = Announcements()
+    await catalog_admin.delete_backend(session, await get_backend(session, name), news)
     await session.commit()
-    await ctx.catalog.announce(ctx.bus, f"backend {name} deleted")
+    await deliver(ctx, news)

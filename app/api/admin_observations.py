@@ -14,9 +14,8 @@ from fastapi import APIRouter, HTTPException, Query, Request, status
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
-from app.api.admin_routers import get_router
-from app.api.admin_tenants import get_tenant
 from app.api.deps import AdminOnly, Ctx, Session
+from app.catalog_admin import get_router, get_tenant
 from app.input_types import DbInt, Text
 from app.routing.errors import TooLarge
 from app.routing.offline import import_direct_calls, record_offline

@@ -2,35 +2,27 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-from typing import Any
 
 from fastapi import APIRouter, HTTPException, status
-from sqlalchemy import delete, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import select
 
-from app.api.admin_tenants import get_tenant
+from app import catalog_admin
 from app.api.contract import documented
 from app.api.deps import AdminOnly, Ctx, Session
-from app.api.errors import InvalidParam
-from app.events import RouterChanged
+from app.catalog_admin import Announcements, deliver, get_router, get_tenant, router_fields
 from app.input_types import Text
 from app.jsonable import jsonable
 from app.schemas import (
-    EmbedTextConfig,
     RouterCreate,
     RouterOut,
     RouterStateImport,
     RouterStateOut,
     RouterUpdate,
 )
-from app.state import fresh_policy
-from app.store.eventlog import max_event_id, snapshot_row
-from app.store.models import Backend, Router, RouterCounter, Tenant
+from app.store.models import Router, Tenant
 from routers.base import PolicyConfigError, decode_state, encode_state
-from routers.default import resolve_named
-from routers.registry import POLICIES, build_policy, check_router, policy_dim, restore_policy
+from routers.registry import policy_dim, restore_policy
 
 router = APIRouter(
     prefix="/admin/tenants/{tenant}/routers", tags=["admin: routers"], dependencies=[AdminOnly]
@@ -43,105 +35,20 @@ def router_out(r: Router, tenant: Tenant) -> RouterOut:
     return RouterOut(
         id=r.id,
         tenant=tenant.name,
-        name=r.name,
-        policy=r.policy,
-        hyperparameters=r.hyperparameters,
-        arms=list(r.arms),
-        reward_range=[r.reward_lo, r.reward_hi],
-        seed=r.seed,
-        is_default=r.is_default,
         version=r.version,
-        judge_url=r.judge_url,
-        judge_threshold=r.judge_threshold,
-        embed_text=EmbedTextConfig.model_validate(r.embed_text or {}),
         created_at=r.created_at,
         updated_at=r.updated_at,
+        **router_fields(r),
     )
-
-
-async def get_router(session: Session, tenant: Tenant, name: str) -> Router:
-    row = await session.scalar(select(Router).where(Router.tenant_id == tenant.id, Router.name == name))
-    if row is None:
-        raise HTTPException(
-            status.HTTP_404_NOT_FOUND, f"router {name!r} not found for tenant {tenant.name!r}"
-        )
-    return row
-
-
-async def validate(
-    session: Session,
-    policy: str,
-    arms: list[str],
-    seed: int,
-    hp: dict[str, Any],
-    embedding_dim: int,
-    arm_references: bool = True,
-) -> None:
-    """422 unless every arm is a known backend and the registry checks and builds the policy: typed
-    hyperparameters, a ``dim`` equal to the embedder's and, with ``arm_references``, hyperparameters
-    that name an arm (``always``'s ``model``, ``incumbent``) naming one of ``arms``."""
-    if len(set(arms)) != len(arms):
-        raise InvalidParam("body.arms", f"arms must be distinct, got {arms}")
-    known = set(await session.scalars(select(Backend.name).where(Backend.name.in_(arms))))
-    missing = [a for a in arms if a not in known]
-    if missing:
-        raise InvalidParam("body.arms", f"arms {missing} are not backends; create them under /admin/backends")
-    if policy not in POLICIES:
-        raise InvalidParam("body.policy", f"unknown policy {policy!r}; known: {', '.join(sorted(POLICIES))}")
-    try:
-        check_router(policy, arms, hp, embedding_dim, arm_references)
-        build_policy(policy, arms, seed, hp)
-    except PolicyConfigError as exc:
-        raise InvalidParam("body.hyperparameters", str(exc)) from exc
-
-
-async def clear_other_defaults(session: Session, tenant: Tenant, keep: Router) -> None:
-    await session.execute(
-        update(Router).where(Router.tenant_id == tenant.id, Router.id != keep.id).values(is_default=False)
-    )
-
-
-async def announce(ctx: Ctx, row: Router) -> None:
-    """Tell every replica (this one included) that the router changed, so they reload it."""
-    ctx.states.drop(row.id)
-    ctx.catalog.clear()
-    ctx.round_counts.forget()
-    # If the bus is down, replicas still notice the new version on their next request for this router.
-    with contextlib.suppress(Exception):
-        await ctx.bus.publish(RouterChanged(router_id=row.id, version=row.version))
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=RouterOut, responses=documented(409))
 async def create_router(tenant: Text, body: RouterCreate, ctx: Ctx, session: Session) -> RouterOut:
     owner = await get_tenant(session, tenant)
-    # a router without a policy gets the default, stored resolved: a later default does not change it
-    policy, hyperparameters = resolve_named(body.policy, body.hyperparameters)
-    await validate(session, policy, body.arms, body.seed, hyperparameters, ctx.embeddings.dim)
-    row = Router(
-        tenant_id=owner.id,
-        name=body.name,
-        policy=policy,
-        hyperparameters=hyperparameters,
-        arms=body.arms,
-        reward_lo=body.reward_range[0],
-        reward_hi=body.reward_range[1],
-        seed=body.seed,
-        is_default=body.is_default,
-        judge_url=body.judge_url,
-        judge_threshold=body.judge_threshold,
-        embed_text=None if body.embed_text is None else body.embed_text.model_dump(),
-        version=1,
-    )
-    session.add(row)
-    try:
-        await session.flush()
-    except IntegrityError as exc:
-        raise HTTPException(status.HTTP_409_CONFLICT, f"router {body.name!r} already exists") from exc
-    if body.is_default:
-        await clear_other_defaults(session, owner, row)
+    news = Announcements()
+    row = await catalog_admin.create_router(session, owner, body, ctx.embeddings.dim, news)
     await session.commit()
-    if body.is_default:  # another router was the default: cached copies of it are stale
-        await ctx.catalog.announce(ctx.bus, f"router {row.id} is the default")
+    await deliver(ctx, news)
     return router_out(row, owner)
 
 
@@ -167,35 +74,10 @@ async def update_router(
     "default"`` stores the default's concrete policy and hyperparameters (with the given ones on top)."""
     owner = await get_tenant(session, tenant)
     row = await get_router(session, owner, name)
-    policy = body.policy or row.policy
-    arms = body.arms if body.arms is not None else list(row.arms)
-    seed = body.seed if body.seed is not None else row.seed
-    if body.hyperparameters is not None:
-        hp = body.hyperparameters
-    else:
-        hp = row.hyperparameters if policy == row.policy else {}
-    policy, hp = resolve_named(policy, hp)  # "default" is stored resolved, as on creation
-    # An arm that a hyperparameter names may leave the router (the policy falls back); a new policy or
-    # new hyperparameters must name current arms.
-    reconfigured = body.hyperparameters is not None or policy != row.policy
-    await validate(session, policy, arms, seed, hp, ctx.embeddings.dim, arm_references=reconfigured)
-    row.policy, row.arms, row.seed, row.hyperparameters = policy, arms, seed, hp
-    if body.reward_range is not None:
-        row.reward_lo, row.reward_hi = body.reward_range
-    if body.judge_url is not None:
-        row.judge_url = body.judge_url or None
-    if body.judge_threshold is not None:
-        row.judge_threshold = body.judge_threshold
-    # new decisions embed by the new rule; the learned state keeps its vectors
-    if body.embed_text is not None:
-        row.embed_text = body.embed_text.model_dump()
-    if body.is_default is not None:
-        row.is_default = body.is_default
-        if body.is_default:
-            await clear_other_defaults(session, owner, row)
-    row.version += 1
+    news = Announcements()
+    await catalog_admin.update_router(session, owner, row, body, ctx.embeddings.dim, news)
     await session.commit()
-    await announce(ctx, row)
+    await deliver(ctx, news)
     return router_out(row, owner)
 
 
@@ -203,11 +85,10 @@ async def update_router(
 async def delete_router(tenant: Text, name: Text, ctx: Ctx, session: Session) -> None:
     """Deletes the router with its decisions, feedback and snapshots."""
     owner = await get_tenant(session, tenant)
-    row = await get_router(session, owner, name)
-    await session.delete(row)
+    news = Announcements()
+    await catalog_admin.delete_router(session, await get_router(session, owner, name), news)
     await session.commit()
-    row.version += 1_000_000
-    await announce(ctx, row)
+    await deliver(ctx, news)
 
 
 @router.get("/{name}/state", response_model=RouterStateOut)
@@ -225,16 +106,6 @@ async def export_state(tenant: Text, name: Text, ctx: Ctx, session: Session) -> 
         last_event_id=runtime.last_event_id,
         state=json.loads(encode_state(runtime.policy.state_dict())),
     )
-
-
-async def _replace_state(ctx: Ctx, session: Session, row: Router, kind: str, state: bytes) -> None:
-    watermark = await max_event_id(session, row.id)
-    session.add(snapshot_row(row, kind, watermark, 0, state))
-    # the new state carries its own counts (t, queries); the gateway's count starts again from it
-    await session.execute(delete(RouterCounter).where(RouterCounter.router_id == row.id))
-    row.version += 1
-    await session.commit()
-    await announce(ctx, row)
 
 
 @router.post("/{name}/state", response_model=RouterOut)
@@ -261,7 +132,10 @@ async def import_state(
     row.hyperparameters = jsonable(state.get("config", {}))
     if state.get("seed") is not None:
         row.seed = int(state["seed"])
-    await _replace_state(ctx, session, row, "import", encode_state(state))
+    news = Announcements()
+    await catalog_admin.replace_state(session, row, "import", encode_state(state), news)
+    await session.commit()
+    await deliver(ctx, news)
     return router_out(row, owner)
 
 
@@ -270,5 +144,8 @@ async def reset_state(tenant: Text, name: Text, ctx: Ctx, session: Session) -> R
     """Forget everything learned: the policy starts fresh from the next event."""
     owner = await get_tenant(session, tenant)
     row = await get_router(session, owner, name)
-    await _replace_state(ctx, session, row, "reset", encode_state(fresh_policy(row).state_dict()))
+    news = Announcements()
+    await catalog_admin.reset_state(session, row, news)
+    await session.commit()
+    await deliver(ctx, news)
     return router_out(row, owner)

@@ -10,9 +10,8 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from app.admin_views import ModelBucket, RouterStats, StatsBucket
-from app.api.admin_routers import get_router
-from app.api.admin_tenants import get_tenant
 from app.api.deps import AdminOnly, Ctx, Session
+from app.catalog_admin import get_router, get_tenant
 from app.input_types import Text
 from app.store.models import Router
 from app.store.stats import BucketStats, ModelStats, history_before, router_buckets

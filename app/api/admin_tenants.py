@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException, status
+from fastapi import APIRouter, status
 from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError
 
+from app import catalog_admin
 from app.api.contract import documented
 from app.api.deps import AdminOnly, Ctx, Session
-from app.auth import display_prefix, hash_key, new_api_key
+from app.catalog_admin import Announcements, configured_limits, deliver, get_tenant
 from app.input_types import DbInt, Text
 from app.ratelimit.limits import key_limits
 from app.schemas import (
@@ -21,24 +21,9 @@ from app.schemas import (
     TenantLimitsOut,
     TenantOut,
 )
-from app.store.models import ApiKey, Tenant, utcnow
+from app.store.models import ApiKey, Tenant
 
 router = APIRouter(prefix="/admin/tenants", tags=["admin: tenants"], dependencies=[AdminOnly])
-
-
-async def get_tenant(session: Session, name: str) -> Tenant:
-    tenant = await session.scalar(select(Tenant).where(Tenant.name == name))
-    if tenant is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"tenant {name!r} not found")
-    return tenant
-
-
-def configured_limits(tenant: Tenant) -> TenantLimits:
-    return TenantLimits(
-        rate_limit_rps=tenant.rate_limit_rps,
-        rate_limit_burst=tenant.rate_limit_burst,
-        rate_limit_concurrency=tenant.rate_limit_concurrency,
-    )
 
 
 def tenant_out(tenant: Tenant) -> TenantOut:
@@ -67,12 +52,8 @@ def key_out(key: ApiKey) -> KeyOut:
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=TenantOut, responses=documented(409))
 async def create_tenant(body: TenantCreate, session: Session) -> TenantOut:
-    tenant = Tenant(name=body.name)
-    session.add(tenant)
-    try:
-        await session.commit()
-    except IntegrityError as exc:
-        raise HTTPException(status.HTTP_409_CONFLICT, f"tenant {body.name!r} already exists") from exc
+    tenant = await catalog_admin.create_tenant(session, body.name)
+    await session.commit()
     return tenant_out(tenant)
 
 
@@ -97,29 +78,26 @@ async def set_limits(tenant: Text, body: TenantLimits, ctx: Ctx, session: Sessio
     server's default. Every replica applies them once the bus delivers the change (``catalog_ttl_s``
     at worst); a key's bucket keeps its tokens, capped at the new burst."""
     owner = await get_tenant(session, tenant)
-    owner.rate_limit_rps = body.rate_limit_rps
-    owner.rate_limit_burst = body.rate_limit_burst
-    owner.rate_limit_concurrency = body.rate_limit_concurrency
+    news = Announcements()
+    catalog_admin.set_limits(owner, body, news)
     await session.commit()
-    await ctx.catalog.announce(ctx.bus, f"tenant {tenant} limits changed")
+    await deliver(ctx, news)
     return limits_out(owner, ctx)
 
 
 @router.delete("/{tenant}", status_code=status.HTTP_204_NO_CONTENT)
 async def delete_tenant(tenant: Text, ctx: Ctx, session: Session) -> None:
     """Deletes the tenant with its keys, routers, decisions and feedback."""
-    await session.delete(await get_tenant(session, tenant))
+    news = Announcements()
+    await catalog_admin.delete_tenant(session, await get_tenant(session, tenant), news)
     await session.commit()
-    await ctx.catalog.announce(ctx.bus, f"tenant {tenant} deleted")
+    await deliver(ctx, news)
 
 
 @router.post("/{tenant}/keys", status_code=status.HTTP_201_CREATED, response_model=KeyCreated)
 async def issue_key(tenant: Text, body: KeyCreate, session: Session) -> KeyCreated:
     """Issue an API key. The key is in this response only; the service stores its hash."""
-    owner = await get_tenant(session, tenant)
-    key = new_api_key()
-    row = ApiKey(tenant_id=owner.id, key_hash=hash_key(key), prefix=display_prefix(key), name=body.name)
-    session.add(row)
+    row, key = await catalog_admin.issue_key(session, await get_tenant(session, tenant), body.name)
     await session.commit()
     return KeyCreated(**key_out(row).model_dump(), key=key)
 
@@ -135,12 +113,10 @@ async def list_keys(tenant: Text, session: Session) -> list[KeyOut]:
 async def revoke_key(tenant: Text, key_id: DbInt, ctx: Ctx, session: Session) -> KeyOut:
     """Revoke a key: every replica refuses it once the bus delivers the change (``catalog_ttl_s`` at
     worst, when the bus is down)."""
-    owner = await get_tenant(session, tenant)
-    key = await session.scalar(select(ApiKey).where(ApiKey.id == key_id, ApiKey.tenant_id == owner.id))
-    if key is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"key {key_id} not found for tenant {tenant!r}")
-    if key.revoked_at is None:
-        key.revoked_at = utcnow()
+    key = await catalog_admin.get_key(session, await get_tenant(session, tenant), key_id)
+    news = Announcements()
+    catalog_admin.revoke_key(key, news)
+    if news:
         await session.commit()
-        await ctx.catalog.announce(ctx.bus, f"key {key_id} revoked")
+        await deliver(ctx, news)
     return key_out(key)

@@ -29,6 +29,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app.jsonable import readable, readable_text
 from app.routing.errors import (
     BackendsFailed,
+    Conflict,
     Declined,
     GatewayError,
     Invalid,
@@ -46,6 +47,7 @@ DECISION_HEADER = "x-banditgate-decision-id"
 STATUS_OF: dict[type[GatewayError], int] = {
     NotFound: status.HTTP_404_NOT_FOUND,
     Invalid: status.HTTP_422_UNPROCESSABLE_CONTENT,
+    Conflict: status.HTTP_409_CONFLICT,
     TooLarge: status.HTTP_413_CONTENT_TOO_LARGE,
     Declined: status.HTTP_503_SERVICE_UNAVAILABLE,
     RateLimited: status.HTTP_429_TOO_MANY_REQUESTS,

@@ -23,6 +23,10 @@ class Invalid(GatewayError):
     """A request that cannot be served as it is (422; 400 under /v1)."""
 
 
+class Conflict(GatewayError):
+    """A tenant, backend, router or key that already exists, or a backend still in use (409)."""
+
+
 class TooLarge(GatewayError):
     """A prompt, output text or batch above its configured limit (413)."""
 

@@ -35,6 +35,20 @@ def gateway_env(database_url: str, stream: str, redis_url: str = REDIS_URL, **ex
     )
 
 
+def wait_until_ready(proc: subprocess.Popen[bytes], url: str, ready_within_s: float = 60) -> None:
+    """Until the gateway process ``proc`` at ``url`` answers ``/readyz`` with 200 (it must not exit)."""
+    deadline = time.monotonic() + ready_within_s
+    while True:
+        try:
+            if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        assert proc.poll() is None, "gateway process exited during start-up"
+        assert time.monotonic() < deadline, f"gateway did not become ready in {ready_within_s} s"
+        time.sleep(0.1)
+
+
 class Gateway:
     """One `uvicorn --factory app.main:create_app` process on a free port."""
 
@@ -48,16 +62,8 @@ class Gateway:
         cmd = [sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app"]
         cmd += ["--port", str(self.port), "--log-level", "warning"]
         self.proc = subprocess.Popen(cmd, env=self.env)
-        deadline = time.monotonic() + ready_within_s
-        while True:
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            assert self.proc.poll() is None, "gateway process exited during start-up"
-            assert time.monotonic() < deadline, f"gateway did not become ready in {ready_within_s} s"
-            time.sleep(0.1)
+        wait_until_ready(self.proc, self.url, ready_within_s)
+        return self
 
     def kill(self) -> None:
         """SIGKILL: no shutdown handlers run."""

@@ -18,9 +18,7 @@ import time
 import zlib
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -36,8 +34,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from app.main import create_app
-from app.store.migrate import upgrade
-from tests.conftest import ADMIN_KEY, REDIS_URL, Stack, admin_headers, bearer, fresh_pg_database, unique
+from tests.conftest import ADMIN_KEY, Stack, admin_headers, bearer, own_database, unique
 from tests.fake_backend import FakeBackends
 from tests.served import served_in_thread
 
@@ -178,19 +175,6 @@ def provision(client: httpx.Client, fake: FakeBackends, role: str) -> Tenancy:
     decided = client.post("/route", json={"prompt": "what is 2 + 2?"}, headers=bearer(key))
     assert decided.status_code == 200, decided.text
     return Tenancy(tenant, key, "main", backends, decided.json()["decision_id"])
-
-
-@contextmanager
-def own_database(stack: str, tmp: Path) -> Iterator[Stack]:
-    """A database of the run's own, migrated: the fuzz creates hundreds of tenants and backends that
-    the session's other tests must not see."""
-    if stack == "sqlite":
-        url = f"sqlite+aiosqlite:///{tmp / 'contract.db'}"
-        upgrade(url)
-        yield Stack("sqlite", url, None)
-        return
-    with fresh_pg_database() as url:
-        yield Stack("postgres", url, REDIS_URL)
 
 
 @pytest.fixture(scope="module")
