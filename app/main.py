@@ -52,7 +52,7 @@ from app.ratelimit.shared import RedisLimiter
 from app.routing.round_counts import RoundCounts
 from app.settings import Settings
 from app.state import PolicyStates
-from app.store.db import is_sqlite, make_engine, make_ledger, make_sessionmaker
+from app.store.db import DbPool, is_sqlite, make_engine, make_ledger, make_sessionmaker
 from embeddings.registry import load_embedder
 from routers.neighbors import set_search_threads
 
@@ -61,7 +61,7 @@ async def open_context(settings: Settings, busy: Callable[[], bool] | None = Non
     """The app's shared state; ``busy`` says when this process serves more than one request (the
     SQLite ledger's inline path then hands writes to its thread)."""
     set_search_threads(settings.search_threads)
-    engine = make_engine(settings.database_url, settings.db_pool_recycle_s)
+    engine = make_engine(settings.database_url, DbPool.of(settings))
     sessionmaker = make_sessionmaker(engine)
     redis: Redis | None = None
     bus: EventBus
@@ -114,6 +114,7 @@ async def open_context(settings: Settings, busy: Callable[[], bool] | None = Non
         settings.ledger_inline_checkpoint_commits,
         busy,
         settings.recent_decisions,
+        DbPool.of(settings),
     )
     round_counts = RoundCounts(ledger.counts, settings.counter_read_ttl_s)
     ctx = AppContext(

@@ -64,6 +64,37 @@ class Settings(BaseSettings):
     db_pool_recycle_s: float = Field(
         300.0, gt=0, description="pooled database connections older than this are replaced on checkout"
     )
+    db_pool_size: int = Field(
+        5, ge=1, le=1_000, description="Postgres: connections one process keeps pooled (docs/deploy.md)"
+    )
+    db_max_overflow: int = Field(
+        5,
+        ge=0,
+        le=1_000,
+        description="Postgres: connections one process opens beyond db_pool_size under load",
+    )
+    db_pool_timeout_s: float = Field(
+        5.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="Postgres: longest wait for a free pooled connection (then 503 database_unavailable)",
+    )
+    db_connect_timeout_s: float = Field(
+        5.0, gt=0, allow_inf_nan=False, description="Postgres: longest wait for a new connection"
+    )
+    db_reconnect_backoff_s: float = Field(
+        0.05,
+        ge=0,
+        allow_inf_nan=False,
+        description="after a failed connect, new connects fail at once for this long, doubling per "
+        "failure up to db_reconnect_backoff_max_s, jittered (0 = no backoff)",
+    )
+    db_reconnect_backoff_max_s: float = Field(
+        1.0, ge=0, allow_inf_nan=False, description="longest wait between connect attempts while down"
+    )
+    db_retry_after_s: float = Field(
+        2.0, gt=0, allow_inf_nan=False, description="Retry-After of a 503 database_unavailable"
+    )
     gc_freeze: bool = Field(
         True,
         description="move every object alive once the app has started (the model, the libraries, the "
