@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from redis.asyncio import Redis
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from app.api import (
     admin_backends,
@@ -231,6 +232,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.add_middleware(RequestMetrics)
     if in_flight is not None:
         app.add_middleware(CountInFlight, in_flight=in_flight)
+    if settings.trusted_proxies:  # the client's address from X-Forwarded-For, sent by these proxies only
+        app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=settings.trusted_proxies)
     errors.install(app)  # adds the last-resort 500 outside every other middleware
     contract.install(app)
     return app

@@ -8,6 +8,7 @@ cache, so ``banditgate serve`` works with nothing else installed. Point ``databa
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 from typing import Any, Literal, Self
 
 from pydantic import Field, SecretStr, field_validator
@@ -306,9 +307,23 @@ class Settings(BaseSettings):
         description="without Redis: client addresses whose failed authentications are remembered; past "
         "this many, the least recently failing address is forgotten",
     )
+    trusted_proxies: str = Field(
+        "",
+        description="comma-separated addresses or networks (CIDR) of reverse proxies whose X-Forwarded-For "
+        "gives the client's address (the key of the failed-authentication limit); empty = none, every "
+        "client is the address it connects from (docs/security.md)",
+    )
     rate_limit_prefix: str = Field(
         "banditgate:ratelimit", min_length=1, description="prefix of the rate limiter's Redis keys"
     )
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxy_networks(cls, value: str) -> str:
+        for item in (part.strip() for part in value.split(",")):
+            if item and item != "*":
+                ipaddress.ip_network(item, strict=False)  # a ValueError names the bad entry
+        return value
 
     @field_validator("database_url")
     @classmethod
