@@ -103,6 +103,7 @@ async def open_context(settings: Settings, busy: Callable[[], bool] | None = Non
             auth_failure_limits(settings),
             settings.rate_limit_slot_lease_s,
             release_delay_s=settings.rate_limit_release_delay_s,
+            max_addresses=settings.auth_failure_max_addresses,
         )
     else:
         limiter = InProcessLimiter(

@@ -304,8 +304,8 @@ class Settings(BaseSettings):
     auth_failure_max_addresses: int = Field(
         10_000,
         ge=1,
-        description="without Redis: client addresses whose failed authentications are remembered; past "
-        "this many, the least recently failing address is forgotten",
+        description="without Redis, or while it is down: client addresses whose failed authentications "
+        "this process remembers; past this many, the least recently failing address is forgotten",
     )
     trusted_proxies: str = Field(
         "",
