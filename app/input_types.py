@@ -198,3 +198,7 @@ ForwardBody = Annotated[dict[str, Any], AfterValidator(check_forwarded)]
 
 StateUpload = Annotated[dict[str, Any], AfterValidator(check_forwarded)]
 """A router state import (a bulk upload: its body's own, larger limit)."""
+
+HyperparameterValues = Annotated[dict[str, Any], AfterValidator(check_forwarded)]
+"""A router's hyperparameters as a client sends them: JSON within the depth limit, checked before the
+policy's own validation walks it (recursively)."""

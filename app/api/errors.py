@@ -276,11 +276,18 @@ class OutageLog:
 def undecodable_body(exc: StarletteHTTPException) -> RequestValidationError | None:
     """FastAPI answers a body it cannot decode as UTF-8 with a bare 400 (``There was an error parsing
     the body``), where a body that is not JSON is its 422 ``json_invalid``. JSON is UTF-8 (RFC 8259), so
-    both are the same mistake: this is that 422, naming the byte, or None for any other error."""
+    both are the same mistake: this is that 422, naming the byte. A body nested too deep for the JSON
+    parser (its ``RecursionError``, at about a thousand levels) is the same 422, naming the depth limit
+    that every body's free-form JSON is held to. None for any other error."""
     cause = exc.__cause__
-    if exc.status_code != status.HTTP_400_BAD_REQUEST or not isinstance(cause, UnicodeDecodeError):
+    if exc.status_code != status.HTTP_400_BAD_REQUEST:
         return None
-    message = f"the body is not UTF-8 (byte {cause.start}: {cause.reason}); JSON must be"
+    if isinstance(cause, UnicodeDecodeError):
+        message = f"the body is not UTF-8 (byte {cause.start}: {cause.reason}); JSON must be"
+    elif isinstance(cause, RecursionError):
+        message = "the body is nested too deep to parse (the limit is BANDITGATE_JSON_MAX_DEPTH)"
+    else:
+        return None
     return RequestValidationError([{"type": "json_invalid", "loc": ("body",), "msg": message}])
 
 
