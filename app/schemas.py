@@ -202,9 +202,7 @@ class RouterUpdate(Strict):
     reward_range: list[float] | None = None
     seed: DbInt | None = None
     is_default: bool | None = None
-    judge_url: Text | None = Field(
-        None, max_length=2000, pattern=r"^(https?://.*)?$", description="'' removes it"
-    )
+    judge_url: HttpUrl | Literal[""] | None = Field(None, description="'' removes it")
     judge_threshold: float | None = Field(None, allow_inf_nan=False)
     embed_text: EmbedTextConfig | None = Field(None, description="{} restores the default")
 
