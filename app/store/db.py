@@ -16,6 +16,7 @@ is a no-op.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +35,8 @@ from app.store.ledger_postgres import PostgresLedger
 from app.store.ledger_sqlite import SqliteLedger
 from app.store.recent_decisions import RecentDecisions
 from app.store.sqlite_settings import BUSY_TIMEOUT_S, apply_pragmas, sqlite_path
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,10 @@ class BoundedPool(AsyncAdaptedQueuePool):
             return super()._do_get()
         except PoolTimeout as exc:
             raise DatabaseUnavailable(f"no pooled database connection free in time: {exc}") from exc
+
+
+# SQLAlchemy keeps its own pool loggers at WARNING; this subclass logs under its own name, as quietly
+logging.getLogger(f"{BoundedPool.__module__}.{BoundedPool.__name__}").setLevel(logging.WARNING)
 
 
 def make_engine(url: str, pool: DbPool | None = None) -> AsyncEngine:
@@ -130,8 +137,11 @@ async def close_if_used(session: AsyncSession) -> bool:
     sync = session.sync_session
     if not session.in_transaction() and not sync.identity_map and not sync.new and not sync.deleted:
         return False
-    async with session:
-        pass
+    try:
+        async with session:
+            pass
+    except DatabaseUnavailable:  # its connection dropped: discarded, with nothing left to roll back
+        log.debug("a session's connection dropped before its close", exc_info=True)
     return True
 
 

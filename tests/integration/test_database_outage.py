@@ -11,13 +11,15 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from sqlalchemy import text
 
 from app.main import create_app
 from app.store.availability import DatabaseUnavailable, ReconnectBackoff, unreachable
+from app.store.db import close_if_used, make_engine, make_sessionmaker
 from tests.conftest import REDIS_URL, Stack, admin_headers, bearer, fresh_pg_database, running, unique
 from tests.fake_backend import FakeBackends
 from tests.integration.test_forwarding import add_backend, add_tenant
-from tests.pg_outage import close_database, open_database
+from tests.pg_outage import close_database, open_database, terminate_sessions
 
 RETRY_AFTER_S = 3
 RECOVERY_S = 5.0
@@ -145,3 +147,16 @@ def test_the_reconnect_backoff_lets_one_attempt_through_per_jittered_doubling_wa
     backoff.succeeded()
     backoff.check()
     backoff.check()
+
+
+async def test_a_session_whose_connection_dropped_closes_quietly(private_pg: Stack) -> None:
+    """A request's session is closed after its response: a connection the database dropped meanwhile
+    must not turn that close into an error logged as unhandled."""
+    engine = make_engine(private_pg.database_url)
+    session = make_sessionmaker(engine)()
+    await session.execute(text("SELECT 1"))  # a transaction open on a pooled connection
+    await terminate_sessions(private_pg.database_url)
+    assert await close_if_used(session)
+    async with make_sessionmaker(engine)() as fresh:
+        assert await fresh.scalar(text("SELECT 1")) == 1
+    await engine.dispose()
