@@ -58,8 +58,8 @@ class Target:
 
     @classmethod
     def of(cls, backend: Backend, api_key: str | None) -> Target:
-        """The backend's target, its stored URL checked again: one stored before the admin API checked
-        URLs as it does now fails its calls (a 502 naming it), never the request (a 500)."""
+        """The backend's target, its stored URL checked again (``url_problem``): a stored URL the admin
+        API would refuse fails its calls (a 502 naming it), never the request (a 500)."""
         return cls(
             name=backend.name,
             kind=backend.kind,
