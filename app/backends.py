@@ -29,6 +29,7 @@ from typing import Any
 import httpx
 import orjson
 
+from app.input_types import url_problem
 from app.redaction import redacted_excerpt
 from app.settings import Settings
 from app.store.models import Backend
@@ -53,9 +54,12 @@ class Target:
     usd_per_mtok_in: float
     usd_per_mtok_out: float
     usd_per_call: float
+    url_problem: str | None = None  # why ``base_url`` cannot be called (``input_types.url_problem``)
 
     @classmethod
     def of(cls, backend: Backend, api_key: str | None) -> Target:
+        """The backend's target, its stored URL checked again (``url_problem``): a stored URL the admin
+        API would refuse fails its calls (a 502 naming it), never the request (a 500)."""
         return cls(
             name=backend.name,
             kind=backend.kind,
@@ -66,6 +70,7 @@ class Target:
             usd_per_mtok_in=backend.usd_per_mtok_in,
             usd_per_mtok_out=backend.usd_per_mtok_out,
             usd_per_call=backend.usd_per_call,
+            url_problem=url_problem(backend.base_url),
         )
 
     def cost(self, tokens_in: int, tokens_out: int) -> float:
@@ -269,7 +274,17 @@ class BackendClient:
     async def _one(
         self, target: Target, path: str, body: dict[str, Any], stream: bool
     ) -> tuple[httpx.Response, Any]:
-        response = await self.http.send(self._request(target, path, body), stream=stream)
+        if target.url_problem is not None:
+            raise BackendFailure(
+                target.name, "connection", f"cannot be called: its base_url {target.url_problem}", False
+            )
+        try:
+            request = self._request(target, path, body)
+        except httpx.InvalidURL as exc:
+            raise BackendFailure(
+                target.name, "connection", f"cannot be called: its base_url is invalid ({exc})", False
+            ) from exc
+        response = await self.http.send(request, stream=stream)
         status = response.status_code
         if status >= 400 or (stream and "text/event-stream" not in response.headers.get("content-type", "")):
             text = (await response.aread()).decode("utf-8", "replace")

@@ -45,6 +45,9 @@ def _serve(host: str, port: int, workers: int, access_log: bool = True) -> int:
             file=sys.stderr,
         )
         return 2
+    warning = proxy_warning(host, settings)
+    if warning is not None:
+        print(f"warning: {warning}", file=sys.stderr)
     uvicorn.run(
         "app.main:create_app",
         factory=True,
@@ -61,13 +64,31 @@ def server_limits(settings: Settings) -> dict[str, Any]:
     """uvicorn's part of the HTTP limits (the middleware in app/api/http_limits.py does the rest): the
     parser refuses a request head over ``max_header_bytes`` before it is parsed (h11 by its own bound,
     httptools through app/api/http_parser.py, which reads the same setting), and the idle keep-alive
-    timeout."""
+    timeout. uvicorn's own proxy headers are off: it would trust X-Forwarded-For from any loopback peer;
+    the app honours it from ``BANDITGATE_TRUSTED_PROXIES`` only (app/main.py)."""
     http = "h11" if settings.http_parser == "h11" else "app.api.http_parser:BoundedHttpToolsProtocol"
     return {
+        "proxy_headers": False,
         "http": http,
         "h11_max_incomplete_event_size": settings.max_header_bytes,
         "timeout_keep_alive": settings.keep_alive_s,
     }
+
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def proxy_warning(host: str, settings: Settings) -> str | None:
+    """What ``serve`` says when it listens on loopback only with no trusted proxy: the set-up of a
+    reverse proxy on the same host, where every client has the proxy's address."""
+    if settings.trusted_proxies or host not in LOOPBACK_HOSTS:
+        return None
+    return (
+        f"listening on {host} with BANDITGATE_TRUSTED_PROXIES unset: behind a reverse proxy on this host "
+        "every client has the proxy's address, so one client's wrong keys (the failed-authentication "
+        "limit) lock out all of them; set BANDITGATE_TRUSTED_PROXIES=127.0.0.1 if the proxy sets "
+        "X-Forwarded-For (docs/deploy.md)"
+    )
 
 
 def _state_secret(state_dir: Path, name: str, prefix: str) -> str:

@@ -13,6 +13,7 @@ import contextlib
 import logging
 
 from app.state import PolicyStates
+from app.store.availability import DatabaseUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,9 @@ class CompactionLoop:
                     log.debug("compaction rebuilt %s neighbour indexes", rebuilt)
             except asyncio.CancelledError:
                 raise
-            except Exception:  # the database may be briefly unavailable; try again next round
+            except DatabaseUnavailable as exc:  # try again next round, without a traceback per round
+                log.warning("compaction skipped: %s", exc.message)
+            except Exception:
                 log.exception("compaction failed")
 
     async def close(self) -> None:

@@ -14,7 +14,7 @@ from sqlalchemy import select
 from app.auth import display_prefix, hash_key, new_api_key
 from app.backend_keys import encrypt_key, fernet_for
 from app.settings import Settings
-from app.store.db import make_engine, make_sessionmaker
+from app.store.db import DbPool, make_engine, make_sessionmaker
 from app.store.models import ApiKey, Backend, Router, Tenant
 
 DEMO_TENANT = "demo"
@@ -35,7 +35,7 @@ class DemoSetup:
 
 
 async def set_up_demo(settings: Settings, backend_base_url: str) -> DemoSetup:
-    engine = make_engine(settings.database_url)
+    engine = make_engine(settings.database_url, DbPool.of(settings))
     try:
         async with make_sessionmaker(engine)() as session:
             replay_key = settings.replay_api_key

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, Field, StringConstraints
 
@@ -88,7 +89,38 @@ UpstreamModel = Annotated[str, _text(BACKEND_NAME_CHARS), _TEXT]
 PolicyName = Annotated[str, _text(POLICY_CHARS, 1), _TEXT]
 KeyName = Annotated[str, _text(KEY_NAME_CHARS), _TEXT]
 DecisionId = Annotated[str, _text(DECISION_ID_BOUND, 1), _TEXT]
-HttpUrl = Annotated[str, _text(URL_CHARS, 1, URL_PATTERN), _TEXT]
+URL_SCHEMES = ("http", "https")
+
+
+def url_problem(value: str) -> str | None:
+    """Why ``value`` is not a URL the gateway may call (None when it is): every character printable
+    (no whitespace, no control character: a newline would let one URL smuggle another), a scheme of
+    ``URL_SCHEMES``, a host, and a well-formed authority (an IPv6 literal closed, a numeric port)."""
+    for position, char in enumerate(value):
+        if ord(char) <= 0x20 or 0x7F <= ord(char) <= 0x9F:
+            kind = "whitespace" if char.isspace() else "a control character"
+            return f"contains {kind} (U+{ord(char):04X}) at position {position}"
+    try:
+        parts = urlsplit(value)
+        _ = parts.port  # a port that is not a number raises here
+    except ValueError as exc:
+        return f"is not a valid URL: {exc}"
+    if parts.scheme.lower() not in URL_SCHEMES:
+        return "must be an http:// or https:// URL"
+    if not parts.hostname:
+        return "has no host"
+    return None
+
+
+def check_url(value: str) -> str:
+    problem = url_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+HttpUrl = Annotated[str, _text(URL_CHARS, 1, URL_PATTERN), _TEXT, AfterValidator(check_url)]
+"""A URL the gateway calls (a backend's, a judge's): http or https, with a host (``url_problem``)."""
 Secret = Annotated[str, _text(SECRET_CHARS, 1), _TEXT]
 Role = Annotated[str, _text(ROLE_CHARS, 1), _TEXT]
 
@@ -199,3 +231,7 @@ ForwardBody = Annotated[dict[str, Any], AfterValidator(check_forwarded)]
 
 StateUpload = Annotated[dict[str, Any], AfterValidator(check_forwarded)]
 """A router state import (a bulk upload: its body's own, larger limit)."""
+
+HyperparameterValues = Annotated[dict[str, Any], AfterValidator(check_forwarded)]
+"""A router's hyperparameters as a client sends them: JSON within the depth limit, checked before the
+policy's own validation walks it (recursively)."""

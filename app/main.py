@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from redis.asyncio import Redis
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from app.api import (
     admin_backends,
@@ -52,7 +53,7 @@ from app.ratelimit.shared import RedisLimiter
 from app.routing.round_counts import RoundCounts
 from app.settings import Settings
 from app.state import PolicyStates
-from app.store.db import is_sqlite, make_engine, make_ledger, make_sessionmaker
+from app.store.db import DbPool, is_sqlite, make_engine, make_ledger, make_sessionmaker
 from embeddings.registry import load_embedder
 from routers.neighbors import set_search_threads
 
@@ -61,7 +62,7 @@ async def open_context(settings: Settings, busy: Callable[[], bool] | None = Non
     """The app's shared state; ``busy`` says when this process serves more than one request (the
     SQLite ledger's inline path then hands writes to its thread)."""
     set_search_threads(settings.search_threads)
-    engine = make_engine(settings.database_url, settings.db_pool_recycle_s)
+    engine = make_engine(settings.database_url, DbPool.of(settings))
     sessionmaker = make_sessionmaker(engine)
     redis: Redis | None = None
     bus: EventBus
@@ -102,6 +103,7 @@ async def open_context(settings: Settings, busy: Callable[[], bool] | None = Non
             auth_failure_limits(settings),
             settings.rate_limit_slot_lease_s,
             release_delay_s=settings.rate_limit_release_delay_s,
+            max_addresses=settings.auth_failure_max_addresses,
         )
     else:
         limiter = InProcessLimiter(
@@ -114,6 +116,7 @@ async def open_context(settings: Settings, busy: Callable[[], bool] | None = Non
         settings.ledger_inline_checkpoint_commits,
         busy,
         settings.recent_decisions,
+        DbPool.of(settings),
     )
     round_counts = RoundCounts(ledger.counts, settings.counter_read_ttl_s)
     ctx = AppContext(
@@ -230,6 +233,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.add_middleware(RequestMetrics)
     if in_flight is not None:
         app.add_middleware(CountInFlight, in_flight=in_flight)
+    if settings.trusted_proxies:  # the client's address from X-Forwarded-For, sent by these proxies only
+        app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=settings.trusted_proxies)
     errors.install(app)  # adds the last-resort 500 outside every other middleware
     contract.install(app)
     return app

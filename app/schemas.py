@@ -14,6 +14,7 @@ from app.input_types import (
     DecisionId,
     ForwardBody,
     HttpUrl,
+    HyperparameterValues,
     JsonObject,
     KeyName,
     ModelName,
@@ -180,7 +181,7 @@ class RouterCreate(Strict):
         description="registered policy name; omitted or 'default' = the default policy (docs/policies/default.md), "
         "stored as the concrete policy and hyperparameters it resolves to",
     )
-    hyperparameters: dict[str, Any] = Field(default_factory=dict)
+    hyperparameters: HyperparameterValues = Field(default_factory=dict)
     arms: list[BackendName] = Field(min_length=1, max_length=256, description="backend names")
     reward_range: list[float] = Field(default_factory=lambda: [0.0, 1.0])
     seed: DbInt = 0
@@ -196,14 +197,12 @@ class RouterCreate(Strict):
 
 class RouterUpdate(Strict):
     policy: PolicyName | None = None
-    hyperparameters: dict[str, Any] | None = None
+    hyperparameters: HyperparameterValues | None = None
     arms: list[BackendName] | None = Field(None, min_length=1, max_length=256)
     reward_range: list[float] | None = None
     seed: DbInt | None = None
     is_default: bool | None = None
-    judge_url: Text | None = Field(
-        None, max_length=2000, pattern=r"^(https?://.*)?$", description="'' removes it"
-    )
+    judge_url: HttpUrl | Literal[""] | None = Field(None, description="'' removes it")
     judge_threshold: float | None = Field(None, allow_inf_nan=False)
     embed_text: EmbedTextConfig | None = Field(None, description="{} restores the default")
 

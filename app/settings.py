@@ -8,6 +8,7 @@ cache, so ``banditgate serve`` works with nothing else installed. Point ``databa
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 from typing import Any, Literal, Self
 
 from pydantic import Field, SecretStr, field_validator
@@ -63,6 +64,37 @@ class Settings(BaseSettings):
     )
     db_pool_recycle_s: float = Field(
         300.0, gt=0, description="pooled database connections older than this are replaced on checkout"
+    )
+    db_pool_size: int = Field(
+        5, ge=1, le=1_000, description="Postgres: connections one process keeps pooled (docs/deploy.md)"
+    )
+    db_max_overflow: int = Field(
+        5,
+        ge=0,
+        le=1_000,
+        description="Postgres: connections one process opens beyond db_pool_size under load",
+    )
+    db_pool_timeout_s: float = Field(
+        5.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="Postgres: longest wait for a free pooled connection (then 503 database_unavailable)",
+    )
+    db_connect_timeout_s: float = Field(
+        5.0, gt=0, allow_inf_nan=False, description="Postgres: longest wait for a new connection"
+    )
+    db_reconnect_backoff_s: float = Field(
+        0.05,
+        ge=0,
+        allow_inf_nan=False,
+        description="after a failed connect, new connects fail at once for this long, doubling per "
+        "failure up to db_reconnect_backoff_max_s, jittered (0 = no backoff)",
+    )
+    db_reconnect_backoff_max_s: float = Field(
+        1.0, ge=0, allow_inf_nan=False, description="longest wait between connect attempts while down"
+    )
+    db_retry_after_s: float = Field(
+        2.0, gt=0, allow_inf_nan=False, description="Retry-After of a 503 database_unavailable"
     )
     gc_freeze: bool = Field(
         True,
@@ -272,12 +304,26 @@ class Settings(BaseSettings):
     auth_failure_max_addresses: int = Field(
         10_000,
         ge=1,
-        description="without Redis: client addresses whose failed authentications are remembered; past "
-        "this many, the least recently failing address is forgotten",
+        description="without Redis, or while it is down: client addresses whose failed authentications "
+        "this process remembers; past this many, the least recently failing address is forgotten",
+    )
+    trusted_proxies: str = Field(
+        "",
+        description="comma-separated addresses or networks (CIDR) of reverse proxies whose X-Forwarded-For "
+        "gives the client's address (the key of the failed-authentication limit); empty = none, every "
+        "client is the address it connects from (docs/security.md)",
     )
     rate_limit_prefix: str = Field(
         "banditgate:ratelimit", min_length=1, description="prefix of the rate limiter's Redis keys"
     )
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxy_networks(cls, value: str) -> str:
+        for item in (part.strip() for part in value.split(",")):
+            if item and item != "*":
+                ipaddress.ip_network(item, strict=False)  # a ValueError names the bad entry
+        return value
 
     @field_validator("database_url")
     @classmethod

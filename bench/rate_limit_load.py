@@ -5,7 +5,9 @@ its admin API: one backend (never called) and two tenants, each with a key and a
 The *hot* tenant's limit is set to ``--limit`` requests per second with bursts of ``--burst``, and it is
 offered ``--factor`` times that rate for ``--seconds`` seconds of ``GET /v1/models``; at the same time the
 *cold* tenant (the server's default limits) sends ``--cold-rate`` requests per second of ``POST /route``.
-Both are open loop: request i is sent at i / rate seconds whether or not earlier ones were answered.
+Before that, the cold tenant runs alone for as long at the same rate: its latency alone is the baseline
+its latency beside the hot tenant is read against. Both are open loop: request i is sent at i / rate
+seconds whether or not earlier ones were answered.
 
 The limiter runs in the authentication dependency, before any endpoint's work, so it admits the same
 requests whatever the endpoint; the hot tenant uses the cheapest one so that the gateway keeps up with
@@ -16,7 +18,7 @@ Reported: the hot tenant's accepted rate, (n - 1) / (last - first) over the admi
 ``--warmup`` seconds or more after the run's first answer (its burst is spent by then), timed by when
 each answer came back (the limiter's decision, plus a small and steady processing time); the same by
 count, (admitted - burst) / (last answer - first answer); its statuses and latency; the cold tenant's
-statuses and latency p50/p99.
+statuses and latency p50/p99, alone and beside the hot tenant.
 
     banditgate bench rate-limit --url http://127.0.0.1:8000 --limit 20 --seconds 4
 
@@ -67,6 +69,9 @@ class LoadResult:
     cold_statuses: dict[int, int]
     cold_p50_ms: float
     cold_p99_ms: float
+    cold_alone_statuses: dict[int, int]
+    cold_alone_p50_ms: float
+    cold_alone_p99_ms: float
 
     def summary(self) -> str:
         return (
@@ -76,8 +81,9 @@ class LoadResult:
             f"{self.hot_accepted_rate_by_count:.2f}/s ({self.hot_accepted_rate_by_count / self.limit - 1:+.1%}); "
             f"statuses {self.hot_statuses}, "
             f"latency p50 {self.hot_p50_ms:.1f} ms, p99 {self.hot_p99_ms:.1f} ms\n"
-            f"cold tenant: statuses {self.cold_statuses}, latency p50 {self.cold_p50_ms:.1f} ms, "
-            f"p99 {self.cold_p99_ms:.1f} ms"
+            f"cold tenant beside it: statuses {self.cold_statuses}, latency p50 {self.cold_p50_ms:.1f} ms, "
+            f"p99 {self.cold_p99_ms:.1f} ms; alone before: statuses {self.cold_alone_statuses}, "
+            f"p50 {self.cold_alone_p50_ms:.1f} ms, p99 {self.cold_alone_p99_ms:.1f} ms"
         )
 
 
@@ -169,6 +175,7 @@ async def run_load(
         # One request each first, so that connection set-up and first-use costs are outside the run.
         for request in (hot_models, cold_route):
             (await client.send(request())).raise_for_status()
+        alone = await offer(client, cold_route, cold_rate, seconds, time.monotonic() + 0.05)
         await asyncio.sleep(burst / limit)  # the hot bucket refills to its burst
         start = time.monotonic() + 0.05
         hot, cold = await asyncio.gather(
@@ -177,6 +184,7 @@ async def run_load(
         )
     hot_ms = [s.latency_s * 1000 for s in hot]
     cold_ms = [s.latency_s * 1000 for s in cold]
+    alone_ms = [s.latency_s * 1000 for s in alone]
     return LoadResult(
         limit=limit,
         offered_rate=limit * factor,
@@ -190,6 +198,9 @@ async def run_load(
         cold_statuses=dict(Counter(s.status for s in cold)),
         cold_p50_ms=statistics.median(cold_ms),
         cold_p99_ms=percentile(cold_ms, 0.99),
+        cold_alone_statuses=dict(Counter(s.status for s in alone)),
+        cold_alone_p50_ms=statistics.median(alone_ms),
+        cold_alone_p99_ms=percentile(alone_ms, 0.99),
     )
 
 

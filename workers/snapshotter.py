@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.settings import Settings
 from app.state import load_runtime
-from app.store.db import make_engine, make_sessionmaker
+from app.store.db import DbPool, make_engine, make_sessionmaker
 from app.store.eventlog import settled_event_id, snapshot_row, starting_snapshot
 from app.store.models import Router, Snapshot
 from routers.base import encode_state
@@ -93,7 +93,7 @@ async def snapshot_all(
 
 
 async def run(settings: Settings, once: bool) -> None:
-    engine = make_engine(settings.database_url)
+    engine = make_engine(settings.database_url, DbPool.of(settings))
     sessionmaker = make_sessionmaker(engine)
     try:
         while True:

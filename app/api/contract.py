@@ -6,8 +6,8 @@ so a new endpoint documents them without saying so:
 - every operation: 500 (a bug, answered by ``AnswerServerErrors``) and 431 (the header limits of
   app/api/http_limits.py, in front of every endpoint);
 - an operation with a request body: 413 (body size) and 408 (slow body), the same middleware's;
-- an operation that needs a key (its ``security``, from the dependencies in app/api/deps.py): 401, 403 and
-  429 (with ``Retry-After``);
+- an operation that needs a key (its ``security``, from the dependencies in app/api/deps.py): 401, 403,
+  429 (with ``Retry-After``) and 503 (the database cannot be reached: a key is checked against it);
 - an operation with a path parameter: 404 (the tenant, router, backend, decision, key or model it names
   does not exist);
 - an operation with parameters or a body: 422, FastAPI's own (400 under ``/v1``, see below).
@@ -49,13 +49,15 @@ MEANING: dict[int, str] = {
     431: "Too many header fields (BANDITGATE_MAX_HEADER_COUNT) or too large a head",
     500: "A bug: the traceback is in the server log; the connection stays usable",
     502: "Every backend tried failed (the message says which, and how, never what it answered)",
-    503: "The router's policy chose no model (header `x-banditgate-declined: true`)",
+    503: "The database cannot be reached (code `database_unavailable` under /v1, no declined header): "
+    "retry after `Retry-After` seconds; or the router's policy chose no model (header "
+    "`x-banditgate-declined: true`)",
     504: "Every backend tried timed out",
 }
 
 EVERY_OPERATION = (431, 500)
 WITH_BODY = (408, 413)
-WITH_KEY = (401, 403, 429)
+WITH_KEY = (401, 403, 429, 503)
 WITH_PATH_PARAMETER = (404,)
 
 OPENAI_ERROR = "OpenAIError"
@@ -125,10 +127,11 @@ def document_errors(path: str, operation: dict[str, Any]) -> None:
         if not status.isdigit() or int(status) < 400 or "content" in response:
             continue
         response["content"] = _ref(OPENAI_ERROR if openai else DETAIL_ERROR)
-        if status == "429":
+        if status in ("429", "503"):
             response["headers"] = {
                 "Retry-After": {
-                    "description": "whole seconds until a request may be admitted (at least 1)",
+                    "description": "whole seconds until a request may be admitted (at least 1); on a "
+                    "503, only when the database cannot be reached",
                     "schema": {"type": "integer", "minimum": 1},
                 }
             }

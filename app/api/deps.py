@@ -64,7 +64,8 @@ def bearer_or_401(credentials: Credentials, what: str) -> str:
 
 def client_address(request: Request) -> str:
     """The caller's address, the key of the failed-auth limit. Behind a reverse proxy this is the
-    proxy's address unless uvicorn trusts its ``X-Forwarded-For`` (``--forwarded-allow-ips``)."""
+    proxy's address unless the proxy is one of ``BANDITGATE_TRUSTED_PROXIES`` (app/main.py then takes
+    the client's from its ``X-Forwarded-For``)."""
     return request.client.host if request.client is not None else "unknown"
 
 

@@ -11,12 +11,17 @@ Outside ``/v1`` every 422 has FastAPI's one shape, ``{"detail": [{"type", "loc",
 (what the OpenAPI document declares), whether pydantic or the gateway refused the request; ``loc``
 names the offending field when it is known. What a 422 echoes of the client's input is made safe to
 send first (``echoed``): a lone surrogate or NaN inside the invalid value must not turn it into a 500.
+
+A database that cannot be reached (``DatabaseUnavailable``, raised by the store) is a 503 with
+``Retry-After`` (``BANDITGATE_DB_RETRY_AFTER_S``) and, under ``/v1``, the code ``database_unavailable``;
+unlike a declined decision's 503 it has no ``x-banditgate-declined`` header.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,12 +42,15 @@ from app.routing.errors import (
     RateLimited,
     TooLarge,
 )
+from app.store.availability import DatabaseUnavailable
 
 log = logging.getLogger("banditgate")
 
 OPENAI_PREFIX = "/v1"
 DECLINED_HEADER = "x-banditgate-declined"  # on the 503 of a decision that chose no model
 DECISION_HEADER = "x-banditgate-decision-id"
+UNAVAILABLE_CODE = "database_unavailable"
+UNAVAILABLE_LOG_EVERY_S = 10.0  # an outage fails every request: its log line is written this often at most
 
 STATUS_OF: dict[type[GatewayError], int] = {
     NotFound: status.HTTP_404_NOT_FOUND,
@@ -237,20 +245,65 @@ def as_http(exc: GatewayError) -> HTTPException:
     return http
 
 
+def unavailable(retry_after_s: float) -> HTTPException:
+    """The 503 of a database that cannot be reached: ``Retry-After``, OpenAI's code under /v1."""
+    seconds = retry_after(retry_after_s)
+    http = HTTPException(
+        status.HTTP_503_SERVICE_UNAVAILABLE,
+        f"the database is unavailable; retry after {seconds} s",
+        headers={"Retry-After": seconds},
+    )
+    http.code = UNAVAILABLE_CODE  # type: ignore[attr-defined]
+    return http
+
+
+class OutageLog:
+    """Logs a ``DatabaseUnavailable`` with what the driver said, at most once per ``every_s``, with the
+    count of the ones not logged since."""
+
+    def __init__(self, every_s: float) -> None:
+        self.every_s = every_s
+        self.last = -math.inf
+        self.unlogged = 0
+
+    def note(self, exc: DatabaseUnavailable) -> None:
+        now = time.monotonic()
+        if now - self.last < self.every_s:
+            self.unlogged += 1
+            return
+        log.warning("503 database unavailable (%d more since the last line): %s", self.unlogged, exc.message)
+        self.last, self.unlogged = now, 0
+
+
 def undecodable_body(exc: StarletteHTTPException) -> RequestValidationError | None:
     """FastAPI answers a body it cannot decode as UTF-8 with a bare 400 (``There was an error parsing
     the body``), where a body that is not JSON is its 422 ``json_invalid``. JSON is UTF-8 (RFC 8259), so
-    both are the same mistake: this is that 422, naming the byte, or None for any other error."""
+    both are the same mistake: this is that 422, naming the byte. A body nested too deep for the JSON
+    parser (its ``RecursionError``, at about a thousand levels) is the same 422, naming the depth limit
+    that every body's free-form JSON is held to. None for any other error."""
     cause = exc.__cause__
-    if exc.status_code != status.HTTP_400_BAD_REQUEST or not isinstance(cause, UnicodeDecodeError):
+    if exc.status_code != status.HTTP_400_BAD_REQUEST:
         return None
-    message = f"the body is not UTF-8 (byte {cause.start}: {cause.reason}); JSON must be"
+    if isinstance(cause, UnicodeDecodeError):
+        message = f"the body is not UTF-8 (byte {cause.start}: {cause.reason}); JSON must be"
+    elif isinstance(cause, RecursionError):
+        message = "the body is nested too deep to parse (the limit is BANDITGATE_JSON_MAX_DEPTH)"
+    else:
+        return None
     return RequestValidationError([{"type": "json_invalid", "loc": ("body",), "msg": message}])
 
 
 def install(app: FastAPI) -> None:
     """Register the app's error handlers and its last-resort 500 (call it after adding every other
     middleware)."""
+
+    outages = OutageLog(UNAVAILABLE_LOG_EVERY_S)
+
+    @app.exception_handler(DatabaseUnavailable)
+    async def database_unavailable(request: Request, exc: DatabaseUnavailable) -> JSONResponse:
+        outages.note(exc)
+        ctx = getattr(request.app.state, "ctx", None)
+        return await http_error(request, unavailable(ctx.settings.db_retry_after_s if ctx else 1.0))
 
     @app.exception_handler(GatewayError)
     async def gateway_error(request: Request, exc: GatewayError) -> JSONResponse:

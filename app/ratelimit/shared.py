@@ -17,9 +17,11 @@ A lone admission is one EVALSHA sent by its own request. Admissions made while o
 one sender task per process, which sends all that queued in one pipelined round trip (each script still
 atomic on its own), so concurrent requests share it as the bus's publisher shares an XADD (app/bus.py).
 
-When Redis cannot be reached the limiter admits (it fails open, with one warning per outage): the rate
-limits protect capacity, and refusing every request while Redis is down would be the outage they guard
-against.
+When Redis cannot be reached the key limits admit (they fail open, with one warning per outage): the
+rate limits protect capacity, and refusing every request while Redis is down would be the outage they
+guard against. The failed-authentication limit does not fail open: while Redis is down each process
+counts wrong keys in its own memory (an ``InProcessLimiter``), so a guessing address is locked out per
+process (with N replicas it gets up to N times ``auth_failure_limit`` before every one refuses it).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from redis.asyncio import Redis
 from redis.exceptions import NoScriptError, RedisError
 
 from app.ratelimit.limits import AuthFailureLimits, KeyLimits, Slot
+from app.ratelimit.local import InProcessLimiter
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +104,8 @@ Call = tuple[list[str], list[str | int], "asyncio.Future[list[int]]"]  # a scrip
 
 class RedisLimiter:
     """Every limit, shared by the processes on one Redis. ``release_delay_s`` is
-    ``rate_limit_release_delay_s``; ``clock`` replaces Redis's ``TIME`` (tests)."""
+    ``rate_limit_release_delay_s``; ``clock`` replaces Redis's ``TIME`` (tests); ``max_addresses``
+    bounds the in-process failed-auth limit used while Redis is down."""
 
     def __init__(
         self,
@@ -112,6 +116,7 @@ class RedisLimiter:
         *,
         release_delay_s: float,
         clock: Callable[[], float] | None = None,
+        max_addresses: int = 10_000,
     ) -> None:
         self._redis = redis
         self._prefix = prefix
@@ -120,6 +125,7 @@ class RedisLimiter:
         self._clock = clock
         self._script = redis.register_script(ADMIT_LUA)
         self._down = False
+        self._local_auth = InProcessLimiter(auth, max_addresses=max_addresses)  # while Redis is down
         self._release_delay_s = release_delay_s
         self._unsent: dict[str, list[str]] = {}  # key -> ids of slots released here, not yet sent
         self._timer: asyncio.TimerHandle | None = None
@@ -242,6 +248,8 @@ class RedisLimiter:
             self._schedule()
         if code == REFUSED_ADDRESS:
             raise self._auth.refusal(wait_us / 1e6)
+        if self._down and address is not None:
+            await self._local_auth.check_address(address)
         if code == REFUSED_SLOT:
             raise limits.over_concurrency()
         if code == REFUSED_RATE:
@@ -311,8 +319,12 @@ class RedisLimiter:
 
     async def check_address(self, address: str) -> None:
         code, wait_us = await self._auth_bucket(address, take=False)
-        if code == REFUSED_RATE:
+        if self._down:
+            await self._local_auth.check_address(address)
+        elif code == REFUSED_RATE:
             raise self._auth.refusal(wait_us / 1e6)
 
     async def count_failure(self, address: str) -> None:
         await self._auth_bucket(address, take=True)
+        if self._down:
+            await self._local_auth.count_failure(address)

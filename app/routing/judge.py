@@ -130,7 +130,7 @@ async def ask_judge(
             score = float(data["score"])
         else:
             raise ValueError(f"expected {{'pass': bool}} or {{'score': number}}, got {data}")
-    except (httpx.HTTPError, ValueError) as exc:  # redacted first, then cut: no secret survives halved
+    except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:  # redacted, then cut: no secret halved
         reason = backends.excerpt(f"{type(exc).__name__}: {exc}")
         log.warning("judge of router %s failed on decision %s: %s", router.id, decision_id, reason)
         return Verdict(None, False)

@@ -1,5 +1,11 @@
 """Engine and session factory. SQLite gets WAL mode, a busy timeout and foreign keys on.
 
+The Postgres pool is bounded (``db_pool_size`` connections kept, ``db_max_overflow`` more under load,
+``db_pool_timeout_s`` to wait for one), its connects time out after ``db_connect_timeout_s`` and are
+spread by a ``ReconnectBackoff`` after a failure. A connect that fails, a pool with no connection free in
+time, and a connection dropped under a statement raise ``DatabaseUnavailable`` (app/store/availability.py:
+the request's 503), so no driver's exception leaves the store for them.
+
 Pooled connections are not pinged on checkout (a round trip per request); they are replaced after
 ``db_pool_recycle_s``, and a statement that finds its connection dropped (the server restarted, a
 connection killed) is retried once on a fresh one when it was the first of its transaction, so nothing
@@ -10,20 +16,40 @@ is a no-op.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import event, make_url
+from sqlalchemy.engine import Dialect, ExceptionContext
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.pool import AsyncAdaptedQueuePool, ConnectionPoolEntry
 
+from app.settings import SettingsView
+from app.store.availability import DatabaseUnavailable, ReconnectBackoff, unreachable
 from app.store.ledger import Ledger
 from app.store.ledger_postgres import PostgresLedger
 from app.store.ledger_sqlite import SqliteLedger
 from app.store.recent_decisions import RecentDecisions
 from app.store.sqlite_settings import BUSY_TIMEOUT_S, apply_pragmas, sqlite_path
 
-DEFAULT_RECYCLE_S = 300.0
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DbPool(SettingsView):
+    """The engine's pool and connect settings (app/settings.py)."""
+
+    db_pool_size: int
+    db_max_overflow: int
+    db_pool_timeout_s: float
+    db_connect_timeout_s: float
+    db_pool_recycle_s: float
+    db_reconnect_backoff_s: float
+    db_reconnect_backoff_max_s: float
 
 
 def is_sqlite(url: str) -> bool:
@@ -31,13 +57,60 @@ def is_sqlite(url: str) -> bool:
     return url.startswith("sqlite")
 
 
-def make_engine(url: str, pool_recycle_s: float = DEFAULT_RECYCLE_S) -> AsyncEngine:
+class BoundedPool(AsyncAdaptedQueuePool):
+    """SQLAlchemy's async queue pool, whose wait for a free connection ends in ``DatabaseUnavailable``."""
+
+    def _do_get(self) -> ConnectionPoolEntry:
+        try:
+            return super()._do_get()
+        except PoolTimeout as exc:
+            raise DatabaseUnavailable(f"no pooled database connection free in time: {exc}") from exc
+
+
+# SQLAlchemy keeps its own pool loggers at WARNING; this subclass logs under its own name, as quietly
+logging.getLogger(f"{BoundedPool.__module__}.{BoundedPool.__name__}").setLevel(logging.WARNING)
+
+
+def make_engine(url: str, pool: DbPool | None = None) -> AsyncEngine:
+    """The engine of ``url``: ``pool``'s bounds and timeouts (the settings' defaults when None)."""
+    pool = pool or DbPool.of()
     kwargs: dict[str, Any]
     if is_sqlite(url):
         kwargs = {"connect_args": {"timeout": BUSY_TIMEOUT_S}}
     else:
-        kwargs = {"pool_size": 10, "max_overflow": 20, "pool_recycle": pool_recycle_s}
+        kwargs = {
+            "poolclass": BoundedPool,
+            "pool_size": pool.db_pool_size,
+            "max_overflow": pool.db_max_overflow,
+            "pool_timeout": pool.db_pool_timeout_s,
+            "pool_recycle": pool.db_pool_recycle_s,
+            "connect_args": {"timeout": pool.db_connect_timeout_s},
+        }
     engine = create_async_engine(url, **kwargs)
+    backoff = ReconnectBackoff(pool.db_reconnect_backoff_s, pool.db_reconnect_backoff_max_s)
+
+    @event.listens_for(engine.sync_engine, "do_connect")
+    def _connect(dialect: Dialect, _: Any, cargs: Any, cparams: Any) -> Any:
+        backoff.check()
+        try:
+            connection = dialect.connect(*cargs, **cparams)
+        except Exception as exc:
+            backoff.failed()
+            raise DatabaseUnavailable(f"the database could not be reached: {exc!r}") from exc
+        backoff.succeeded()
+        return connection
+
+    @event.listens_for(engine.sync_engine, "handle_error")
+    def _dropped(context: ExceptionContext) -> BaseException | None:
+        if context.is_pre_ping or context.connection is None:
+            return None
+        if not (context.is_disconnect or unreachable(context.original_exception)):
+            return None
+        context.is_disconnect = True  # discarded, never returned to the pool
+        return DatabaseUnavailable(
+            f"the database connection dropped: {context.original_exception!r}", dropped=True
+        )
+
     if is_sqlite(url):
 
         @event.listens_for(engine.sync_engine, "connect")
@@ -48,6 +121,9 @@ def make_engine(url: str, pool_recycle_s: float = DEFAULT_RECYCLE_S) -> AsyncEng
 
 
 def dropped_connection(exc: BaseException) -> bool:
+    """Whether ``exc`` is a connection that broke under a statement (discarded by the engine)."""
+    if isinstance(exc, DatabaseUnavailable):
+        return exc.dropped
     return isinstance(exc, DBAPIError) and bool(exc.connection_invalidated)
 
 
@@ -61,8 +137,11 @@ async def close_if_used(session: AsyncSession) -> bool:
     sync = session.sync_session
     if not session.in_transaction() and not sync.identity_map and not sync.new and not sync.deleted:
         return False
-    async with session:
-        pass
+    try:
+        async with session:
+            pass
+    except DatabaseUnavailable:  # its connection dropped: discarded, with nothing left to roll back
+        log.debug("a session's connection dropped before its close", exc_info=True)
     return True
 
 
@@ -87,7 +166,7 @@ class RetryingSession(AsyncSession):
         fresh = not self.in_transaction()
         try:
             return await call(*args, **kwargs)
-        except DBAPIError as exc:
+        except (DBAPIError, DatabaseUnavailable) as exc:
             if not (fresh and dropped_connection(exc)):
                 raise
             await self.rollback()
@@ -121,12 +200,14 @@ def make_ledger(
     inline_checkpoint_commits: int = 100,
     busy: Callable[[], bool] | None = None,
     recent_decisions: int = 0,
+    pool: DbPool | None = None,
 ) -> Ledger:
     """The request path's group-committed writer (app/store/ledger.py) for the engine's database;
     on SQLite, ``sqlite_inline`` serves an item that finds the writer idle on the event loop, unless
     ``busy()`` says the process serves other requests too (app/store/ledger_sqlite.py). With
     ``recent_decisions``, it keeps that many of the decisions it commits in memory
-    (app/store/recent_decisions.py)."""
+    (app/store/recent_decisions.py). On Postgres its own connection's connect timeout and backoff are
+    ``pool``'s."""
     ledger: Ledger
     if is_sqlite(url):
         ledger = SqliteLedger(
@@ -138,7 +219,9 @@ def make_ledger(
         )
     else:
         dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-        ledger = PostgresLedger(dsn, max_batch)
+        pool = pool or DbPool.of()
+        backoff = ReconnectBackoff(pool.db_reconnect_backoff_s, pool.db_reconnect_backoff_max_s)
+        ledger = PostgresLedger(dsn, max_batch, pool.db_connect_timeout_s, backoff)
     if recent_decisions > 0:
         ledger.recent = RecentDecisions(recent_decisions, ledger.dialect)
     return ledger

@@ -6,7 +6,9 @@ commit (the statement's own implicit transaction: all or nothing). Foreign keys 
 of the statement, so an attempt may refer to a decision inserted by a sibling CTE.
 
 The connection is the writer's own, opened on the first write and opened again after it drops; a batch
-whose connection turns out to be gone is sent once more on a fresh one.
+whose connection turns out to be gone is sent once more on a fresh one. When the database cannot be
+reached, the batch's items fail with ``DatabaseUnavailable`` (a 503), and connects are spread by a
+``ReconnectBackoff`` (app/store/availability.py).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 import asyncpg
 
+from app.store.availability import DatabaseUnavailable, ReconnectBackoff, unreachable
 from app.store.driver_sql import (
     COUNTER_VALUES_PG,
     FEEDBACK_CONFLICT,
@@ -104,8 +107,16 @@ def batch_statement(batch: Sequence[PreparedWrite]) -> tuple[str, list[Any]]:
 class PostgresLedger(Ledger):
     dialect = "postgresql"
 
-    def __init__(self, dsn: str, max_batch: int) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        max_batch: int,
+        connect_timeout_s: float = 60.0,
+        backoff: ReconnectBackoff | None = None,
+    ) -> None:
         self._dsn = dsn
+        self._connect_timeout_s = connect_timeout_s
+        self._backoff = backoff or ReconnectBackoff(0.0, 0.0)
         self._max_batch = max_batch
         self._queue: asyncio.Queue[Item | None] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
@@ -156,6 +167,9 @@ class PostgresLedger(Ledger):
             found = read_outcomes(reads, results, self.dialect)
             committed = await self._commit([write for _, write in writes]) if writes else []
         except Exception as exc:  # never leave a caller waiting: every item of the batch fails
+            if unreachable(exc):
+                log.warning("ledger: the database is unavailable (%r); %d items failed", exc, len(batch))
+                return [DatabaseUnavailable(f"the ledger's database is unavailable: {exc!r}") for _ in batch]
             log.exception("ledger: a batch of %d items failed", len(batch))
             return [LedgerError(f"the ledger failed: {exc}") for _ in batch]
         return answered(len(batch), found, writes, committed)
@@ -164,6 +178,8 @@ class PostgresLedger(Ledger):
         try:
             return list(await self._statement(batch))
         except asyncpg.PostgresError as exc:
+            if unreachable(exc):
+                raise
             if len(batch) == 1:
                 return [LedgerError(f"Postgres refused the write: {exc}")]
         outcomes: list[Outcome] = []
@@ -171,6 +187,8 @@ class PostgresLedger(Ledger):
             try:
                 outcomes.extend(await self._statement([write]))
             except asyncpg.PostgresError as exc:
+                if unreachable(exc):
+                    raise
                 outcomes.append(LedgerError(f"Postgres refused the write: {exc}"))
         return outcomes
 
@@ -197,7 +215,13 @@ class PostgresLedger(Ledger):
 
     async def _connection(self) -> asyncpg.Connection:
         if self._conn is None or self._conn.is_closed():
-            self._conn = await asyncpg.connect(self._dsn)
+            self._backoff.check()
+            try:
+                self._conn = await asyncpg.connect(self._dsn, timeout=self._connect_timeout_s)
+            except Exception:
+                self._backoff.failed()
+                raise
+            self._backoff.succeeded()
         return self._conn
 
     async def _drop(self) -> None:

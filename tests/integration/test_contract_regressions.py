@@ -113,13 +113,13 @@ async def test_every_error_status_is_documented_with_the_body_of_its_path(sqlite
 
     assert statuses("/healthz", "get") == ["200", "431", "500"]
     assert statuses("/admin/tenants", "post") == [
-        *("201", "401", "403", "408", "409", "413", "422", "429", "431", "500")
+        *("201", "401", "403", "408", "409", "413", "422", "429", "431", "500", "503")
     ]
     assert statuses("/v1/chat/completions", "post") == [
         *("200", "400", "401", "403", "404", "408", "413", "429", "431", "500", "502", "503", "504")
     ]
     assert statuses("/admin/decisions/{decision_id}", "get") == [
-        *("200", "401", "403", "404", "422", "429", "431", "500")
+        *("200", "401", "403", "404", "422", "429", "431", "500", "503")
     ]
     assert "ErrorDetail" in schema("/admin/tenants", "post", "409")
     assert "HTTPValidationError" in schema("/admin/tenants", "post", "422")

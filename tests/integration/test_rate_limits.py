@@ -16,6 +16,7 @@ from fastapi import FastAPI
 from app.main import create_app
 from tests.conftest import Stack, admin_headers, bearer, running, unique
 from tests.fake_backend import FakeBackends
+from tests.integration.processes import private_redis
 from tests.integration.test_forwarding import add_backend, add_tenant, gateway_app
 from tests.served import served
 
@@ -253,3 +254,22 @@ async def test_two_gateways_on_one_redis_share_a_keys_budget(pg_stack: Stack) ->
         assert (await on_a.get("/v1/models", headers=wrong)).status_code == 401
         assert (await on_b.get("/v1/models", headers=wrong)).status_code == 401
         assert (await on_a.get("/v1/models", headers=bearer(key))).status_code == 429
+
+
+async def test_the_failed_auth_lockout_holds_in_process_while_redis_is_down(pg_url: str) -> None:
+    """With Redis gone the key limits fail open, but wrong keys are counted in the process's memory: the
+    guessing address is locked out by this replica as it would be without Redis."""
+    with private_redis() as redis:
+        stack = Stack("postgres", pg_url, redis.url)
+        app = create_app(stack.settings(auth_failure_limit=5, redis_url=redis.url))
+        async with running(app) as client:
+            wrong = bearer(unique("bg_wrong"))
+            assert (await client.post("/route", json=PROMPT, headers=wrong)).status_code == 401
+            redis.kill()
+            statuses = [
+                (await client.post("/route", json=PROMPT, headers=wrong)).status_code for _ in range(7)
+            ]
+            assert statuses == [401] * 5 + [429] * 2
+            locked = await client.get("/v1/models", headers=wrong)
+            assert locked.status_code == 429
+            assert int(locked.headers["retry-after"]) >= 1

@@ -227,15 +227,21 @@ async def test_a_redis_release_being_sent_is_never_counted_against_the_next_admi
         await redis.aclose()
 
 
-async def test_redis_unreachable_admits() -> None:
-    """Fails open: with Redis down every request is admitted (docs/security.md says why)."""
+async def test_redis_unreachable_admits_keys_and_locks_out_addresses_in_process() -> None:
+    """The key limits fail open: with Redis down every request is admitted (docs/security.md says why);
+    the failed-auth limit does not: this process counts the failures itself."""
     redis = Redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=0.5)
     limiter = RedisLimiter(redis, "bg:unreachable", AUTH, slot_lease_s=60.0, release_delay_s=0.0)
     tight = KeyLimits(rate=0.001, burst=1, concurrency=1)
     for _ in range(3):
         await limiter.release(await limiter.admit("k", tight))
+        await limiter.check_address("10.0.0.1")
         await limiter.count_failure("10.0.0.1")
-    await limiter.check_address("10.0.0.1")
+    with pytest.raises(RateLimited):
+        await limiter.check_address("10.0.0.1")
+    with pytest.raises(RateLimited):
+        await limiter.admit_from("10.0.0.1", "k", tight)
+    await limiter.check_address("10.0.0.2")
     await limiter.close()  # the releases Redis never took are dropped (their lease frees them)
     await redis.aclose()
 
