@@ -49,8 +49,10 @@ def test_comparison_counts_rounds_off_the_incumbent_and_the_cost_saved() -> None
         "floor_ratio": pytest.approx(0.5),
         "off_incumbent_share": 0.75,
         "cost_saved_share": pytest.approx(1 - 0.12 / 0.4),
+        "spend_share": pytest.approx(0.12 / 0.4),
         "cost_saved_usd": pytest.approx(0.28 / 4),
         "incumbent_reward": 0.75,
+        "floor_over_target_share": 0.0,
     }
 
 
