@@ -34,7 +34,12 @@ The slack banked so far, with the incumbent's unseen reward on S bounded by its 
 where UCB_0(x_i) is the incumbent's per-context upper bound at x_i when the wrapped policy gives one at
 fold time (``context_score``, kNN-UCB; a named incumbent only), else the per-model UCB_0. The check for
 this round's candidate a != a_0 (Kazerouni et al.'s eq. (7) with B for the rounds already played) prices
-the round at its gain g_a(x) = LCB_a(x) - (1 - alpha) UCB_0(x):
+the round at its gain, on this prompt or on average, whichever the evidence shows larger:
+
+    g_a(x) = max(LCB_a(x) - (1 - alpha) UCB_0(x),  LCB_a - (1 - alpha) UCB_0)
+
+(the per-context form is Kazerouni et al.'s, the per-model one Wu et al.'s context-free form; each holds
+at confidence delta per side, so the two together at 2 delta):
 
     margin(a) = B + g_a(x)                                            if g_a(x) >= 0  (a proven round)
     margin(a) = B + g_a(x) - (1 - alpha) D sqrt((|S| + 1) L / 2)      otherwise       (an exploratory one)
@@ -240,15 +245,24 @@ class Conservative(PolicyWrapper):
         banked = self.floor_margin(incumbent)
         if arm == incumbent:
             return banked
-        gain = (
-            self.context_bounds(arm, scores)[0]
-            - (1.0 - self.alpha) * self.context_bounds(incumbent, scores)[1]
-        )
+        gain = self.gain(incumbent, arm, scores)
         if gain >= 0:
             return banked + gain
         rounds_s = self._sums(incumbent)[1] + 1
         spread = self.reward_max - self.reward_min
         return banked + gain - (1.0 - self.alpha) * spread * math.sqrt(rounds_s * self.log_term / 2.0)
+
+    def gain(
+        self, incumbent: str, arm: str, scores: Mapping[str, Mapping[str, float]] | None = None
+    ) -> float:
+        """g_a(x) = max(LCB_a(x) - (1 - alpha) UCB_0(x), LCB_a - (1 - alpha) UCB_0): this prompt's gain
+        or the models' gain on average, whichever the evidence shows larger (module docstring)."""
+        alpha = self.alpha
+        model = self.model_bounds(arm)[0] - (1.0 - alpha) * self.model_bounds(incumbent)[1]
+        if not scores:
+            return model
+        here = self.context_bounds(arm, scores)[0] - (1.0 - alpha) * self.context_bounds(incumbent, scores)[1]
+        return max(here, model)
 
     def explore_margin(self, incumbent: str) -> float:
         """The largest margin(a), a != a_0, at the per-model bounds: >= 0 iff, on the evidence so far,
