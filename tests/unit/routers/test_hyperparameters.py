@@ -253,7 +253,7 @@ def test_the_published_schema_and_defaults() -> None:
     assert hyperparameter_schema("promptwise-rbf")["properties"]["kernel"]["default"] == "rbf"
     assert hyperparameter_defaults("promptwise-rbf")["kernel"] == "rbf"
     assert hyperparameter_defaults("promptwise")["kernel"] == "linear"
-    assert hyperparameter_defaults("default")["max_loss"] == 0.01  # the default's own value
+    assert hyperparameter_defaults("default") == hyperparameter_defaults("knn-ucb")  # plain: no own value
     assert hyperparameter_defaults("promptwise")["cost_target"] is None  # paced cascades take a target
     dim = hyperparameter_schema("linucb")["properties"]["dim"]["anyOf"][0]
     assert dim == {"type": "integer", "minimum": 1, "maximum": MAX_DIM}
