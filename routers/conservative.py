@@ -41,15 +41,15 @@ the round at its gain, on this prompt or on average, whichever the evidence show
 (the per-context form is Kazerouni et al.'s, the per-model one Wu et al.'s context-free form; each holds
 at confidence delta per side, so the two together at 2 delta):
 
-    margin(a) = B + g_a(x)                                            if g_a(x) >= 0  (a proven round)
-    margin(a) = B + g_a(x) - (1 - alpha) D sqrt((|S| + 1) L / 2)      otherwise       (an exploratory one)
+    margin(a) = B + g_a(x)                                        if g_a(x) >= 0  (a proven round)
+    margin(a) = B + g_a(x) - (1 - alpha) D sqrt(|S| L / 2)        otherwise       (an exploratory one)
     margin(a_0) = B
 
 and a is played iff margin(a) >= 0, else a_0 (``Decision.info["incumbent_forced"] = True``). A proven
 round adds slack in expectation, so the evidence alone lets it through; an exploratory round spends slack,
-and only slack that also covers the realised deviation of the incumbent's reward on the |S| + 1 rounds
-(Hoeffding for a sum) may pay for it, so the realised floor, not only the expected one, is what
-exploration is held to.
+and only slack that also covers the realised deviation of the incumbent's reward on the |S| rounds already
+off it (Hoeffding for a sum) may pay for it, so that exploration is held to the realised floor, not only to
+the expected one (the first exploration needs only (1 - alpha) UCB_0 - LCB_a of slack).
 
 The guarantee. Let E be the event that every confidence bound the check used held (each Hoeffding side
 fails with probability <= delta; a per-context bound is the wrapped policy's, at its own confidence).
@@ -59,22 +59,26 @@ On E, at every round t, with mu_0(x) the incumbent's expected reward at x and mu
 
 the router's paid reward plus this round's expected reward is at least (1 - alpha) times the incumbent's
 expected reward on the same prompts (where C_S charged the per-model UCB_0, mu_0(x_i) there reads as the
-incumbent's mean over prompts mu_0: the context-free form of Wu et al.). It bounds expected rewards, as Kazerouni et al.'s does; the realised
-sums deviate from them by O(sqrt(t)) (``bench run`` reports the realised ratio, ``min_floor_ratio``).
+incumbent's mean over prompts mu_0: the context-free form of Wu et al.). It bounds expected rewards, as
+Kazerouni et al.'s does; the realised sums deviate from them by O(sqrt(t)) (``bench run`` reports the
+realised ratio, ``min_floor_ratio``).
 Pricing the round at its lower bound rather than at r_min is what lets the evidence pay: a model that the
 logs or a prior show to beat the incumbent (LCB_a(x) >= (1 - alpha) UCB_0(x)) is played from the first
-round, with no slack banked; a model nothing is known of (LCB = r_min) still waits for alpha R_0 to cover
-(1 - alpha) (UCB_0 + D sqrt((|S| + 1) L / 2)) - r_min.
+round, with no slack banked; a model nothing is known of (LCB = r_min) waits for alpha R_0 to cover
+(1 - alpha) UCB_0 - r_min (about 1 / alpha rounds of an incumbent that earns its UCB), and each later
+exploration for the deviation term as well.
 
 Objectives (``objective``):
 
 - ``reward`` (default): the wrapped policy's choice, if margin(choice) >= 0.
 - ``savings``: minimise cost subject to the floor. Among the candidates priced below a_0 in
   ``Context.costs``, the cheapest a with margin(a) >= 0 whose evidence allows that it is good enough for
-  this prompt (UCB_a(x) >= (1 - alpha) LCB_0(x)); a_0 when none is. A model the evidence shows good enough
-  (LCB_a(x) >= (1 - alpha) UCB_0(x)) costs no slack; one still uncertain is tried where B pays for it; one
-  the evidence rules out is not tried. The wrapped policy scores the prompt (its bounds above) and learns
-  from every round; its own choice is not used. Without prices the decision is the ``reward`` one.
+  this prompt: UCB_a(x) >= (1 - alpha) max_b UCB_b(x) over a_0 and the candidates cheaper than it, within
+  alpha of the most any of them may earn here (so a poor incumbent does not make every cheap model good
+  enough, and a model not yet tried keeps the bar high until it is); a_0 when none is. A proven model (g_a(x) >= 0) costs no slack; one still uncertain is tried
+  where B pays for it; one the evidence rules out is not tried. The wrapped policy scores the prompt (its
+  bounds above) and learns from every round; its own choice is not used. Without prices the decision is
+  the ``reward`` one.
 
 Incumbent (``incumbent``, ``incumbent_by``): a named model, else per decision the candidate with the
 highest price in ``Context.costs`` (``incumbent_by="price"``: "call the dearest model" is what a team does
@@ -248,7 +252,7 @@ class Conservative(PolicyWrapper):
         gain = self.gain(incumbent, arm, scores)
         if gain >= 0:
             return banked + gain
-        rounds_s = self._sums(incumbent)[1] + 1
+        rounds_s = self._sums(incumbent)[1]
         spread = self.reward_max - self.reward_min
         return banked + gain - (1.0 - self.alpha) * spread * math.sqrt(rounds_s * self.log_term / 2.0)
 
@@ -334,9 +338,9 @@ class Conservative(PolicyWrapper):
             (a for a in candidates if a != incumbent and a in costs and costs[a] < price0),
             key=lambda a: costs[a],
         )
-        lcb0 = self.context_bounds(incumbent, scores)[0]
+        best = max(self.context_bounds(a, scores)[1] for a in [incumbent, *cheaper])
         for arm in cheaper:
-            plausible = self.context_bounds(arm, scores)[1] >= (1.0 - self.alpha) * lcb0
+            plausible = self.context_bounds(arm, scores)[1] >= (1.0 - self.alpha) * best
             if plausible and self.margin(incumbent, arm, scores) >= 0:
                 return arm
         return incumbent

@@ -37,7 +37,7 @@ async def test_trusted_figures_are_hand_computed(stack: Stack) -> None:
     lambda: 0.5-0.25 = 0.25; +0.25 = 0.5; +0 = 0.5; -0.125 = 0.375; 4 requests, $1.375.
     Rounds: b played 2 (R_0 = 1, n_0 = 2, m_0 = 0.5), a 1 (R_S = 1, n_a = 1); UCB_0 = min(1, 0.5 +
     sqrt(1/4)) = 1, LCB_a = 1 - sqrt(1/2). floor B = R_S + 0.5 R_0 - 0.5 |S| UCB_0 = 1; a's gain
-    LCB_a - 0.5 UCB_0 < 0 (exploratory): margin = B + gain - 0.5 sqrt(2 / 2) = 1 - sqrt(0.5). Cost: b's own calls 0.5 + 0.5, and for d3, d4 (1000 characters each) b's price
+    LCB_a - 0.5 UCB_0 < 0 (exploratory, |S| = 1): margin = B + gain - 0.5 sqrt(1 / 2) = 1.5 - 1.5 sqrt(0.5). Cost: b's own calls 0.5 + 0.5, and for d3, d4 (1000 characters each) b's price
     2 (0.5 + 250 x 2 / 1e6) = 1.001: reference 2.001, actual 1.375, saved 0.626."""
     app = create_app(stack.settings())
     async with running(app) as client:
@@ -90,7 +90,7 @@ async def test_trusted_figures_are_hand_computed(stack: Stack) -> None:
         assert pacing["spend_vs_target"] == pytest.approx(1.375)
         safety = trusted["safety"]
         assert (safety["incumbent"], safety["max_loss"]) == (b, 0.5)
-        assert safety["margin"] == pytest.approx(1 - math.sqrt(0.5), abs=1e-12)
+        assert safety["margin"] == pytest.approx(1.5 - 1.5 * math.sqrt(0.5), abs=1e-12)
         assert safety["floor_margin"] == pytest.approx(1.0, abs=1e-12)
         assert (safety["incumbent_rounds"], safety["other_rounds"]) == (2, 1)
         counts = [safety[k] for k in ("checked", "forced", "chosen", "off_incumbent")]

@@ -47,25 +47,25 @@ def _small_case(max_loss: float) -> Policy:
 # The small case by hand (greedy reports no bonus, so every bound is per model; L = 2, D = 1):
 # incumbent n_0 = 4, m_0 = 0.75: UCB_0 = min(1, 0.75 + sqrt(2 / 8)) = 1; x n = 1, m = 1: LCB_x = 1 - 1 = 0.
 # C_S = |S| UCB_0 = 1 (greedy scores no prompt at fold time). B = R_S + alpha R_0 - (1 - alpha) C_S.
-# x's gain LCB_x - (1 - alpha) UCB_0 < 0: an exploratory round, also charged (1 - alpha) sqrt((|S| + 1) L / 2)
-# = (1 - alpha) sqrt(2).
+# x's gain LCB_x - (1 - alpha) UCB_0 < 0: an exploratory round, also charged the realised deviation of the
+# incumbent's reward on the |S| = 1 round off it, (1 - alpha) sqrt(|S| L / 2) = (1 - alpha).
 
 
 def test_conservative_check_by_hand_forces_the_incumbent() -> None:
-    # alpha = 0.1: B = 1 + 0.3 - 0.9 = 0.4; margin = 0.4 - 0.9 - 0.9 sqrt(2) = -1.7727922...
+    # alpha = 0.1: B = 1 + 0.3 - 0.9 = 0.4; margin = 0.4 + (0 - 0.9) - 0.9 = -1.4
     decision = _small_case(0.1).select(Context(embedding=X, costs=PRICES))
     assert decision.info["proposed"] == "x"  # greedy prefers x (mean 1 > 0.75)
     assert decision.arms == ["inc"]
     assert decision.info["incumbent_forced"] is True
-    assert decision.info["conservative_margin"] == pytest.approx(0.4 - 0.9 - 0.9 * math.sqrt(2), abs=1e-12)
+    assert decision.info["conservative_margin"] == pytest.approx(-1.4, abs=1e-12)
 
 
 def test_conservative_check_by_hand_lets_a_safe_choice_through() -> None:
-    # alpha = 0.5: B = 1 + 1.5 - 0.5 = 2; margin = 2 - 0.5 - 0.5 sqrt(2) = 0.7928932...
+    # alpha = 0.5: B = 1 + 1.5 - 0.5 = 2; margin = 2 + (0 - 0.5) - 0.5 = 1
     decision = _small_case(0.5).select(Context(embedding=X, costs=PRICES))
     assert decision.arms == ["x"]
     assert decision.info["incumbent_forced"] is False
-    assert decision.info["conservative_margin"] == pytest.approx(1.5 - 0.5 * math.sqrt(2), abs=1e-12)
+    assert decision.info["conservative_margin"] == pytest.approx(1.0, abs=1e-12)
 
 
 def test_margin_when_the_policy_picks_the_incumbent_itself() -> None:
@@ -88,8 +88,8 @@ def test_query_and_offline_rewards_are_evidence_but_not_rounds() -> None:
     assert policy.rounds("inc") == (4, 1)
     assert policy.model_bounds("x") == pytest.approx((1 - math.sqrt(0.5), 1.0), abs=1e-12)
     decision = policy.select(Context(embedding=X, costs=PRICES))
-    # B = 1 + 1.5 - 0.5 = 2 (unchanged); gain = 1 - sqrt(0.5) - 0.5 < 0; margin = 2 + gain - 0.5 sqrt(2)
-    expected = 2.0 + (1.0 - math.sqrt(0.5) - 0.5) - 0.5 * math.sqrt(2)
+    # B = 1 + 1.5 - 0.5 = 2 (unchanged); gain = 1 - sqrt(0.5) - 0.5 < 0; margin = 2 + gain - 0.5
+    expected = 2.0 + (1.0 - math.sqrt(0.5) - 0.5) - 0.5
     assert decision.info["conservative_margin"] == pytest.approx(expected, abs=1e-12)
 
 
@@ -97,7 +97,7 @@ def test_the_first_decisions_play_the_incumbent() -> None:
     policy = build_policy("thompson", ["inc", "x"], seed=0, hyperparameters={"incumbent": "inc"})
     decision = policy.select(Context(embedding=X, costs=PRICES))
     assert decision.arms == ["inc"]
-    # nothing known: LCB = 0, UCB_0 = 1, B = 0: margin(x) = 0 - 0.98 - 0.98 sqrt(ln(100) / 2) < 0
+    # nothing known: LCB = 0, UCB_0 = 1, B = 0: margin(x) = 0 - 0.98 < 0
     assert decision.info["conservative_margin"] <= 0
 
 

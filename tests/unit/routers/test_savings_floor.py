@@ -115,9 +115,9 @@ def _savings(**extra: object) -> Policy:
 
 
 def test_savings_picks_the_cheapest_model_the_evidence_says_is_good_enough() -> None:
-    """cheap: UCB 0.3 + w < 0.95 LCB_dear = 0.95 (0.8 - w): ruled out. mid: LCB 0.9 - w >= 0.95 UCB_dear
-    = 0.95 (0.8 + w): proven, margin = 0 + (0.9 - w) - 0.95 (0.8 + w). The reward objective plays what
-    greedy wants (best, dearer than the incumbent)."""
+    """The bar: 0.95 x the largest UCB among dear and the cheaper models, mid's 0.9 + w. cheap: UCB 0.3 + w
+    below it: ruled out. mid: LCB 0.9 - w >= 0.95 UCB_dear = 0.95 (0.8 + w): proven, margin = 0 + (0.9 - w)
+    - 0.95 (0.8 + w). The reward objective plays what greedy wants (best, dearer than the incumbent)."""
     w = math.sqrt(0.001)
     decision = _savings(objective="savings").select(Context(embedding=X, costs=SAVINGS_PRICES))
     assert decision.arms == ["mid"]
