@@ -4,7 +4,7 @@ The default is data: a registered policy name and its hyperparameters, chosen on
 dev sets (the rule and the table that chose it: docs/policies/default.md): plain kNN-UCB, no floor, no
 cost term. Without a named incumbent there is nothing the team runs today to hold a floor against, and the
 two stand-ins measured lose to the plain policy where price does not follow quality: a floor against the
-dearest model (``max_loss=0.01``, ``incumbent_by=price``) fell to 0.75 x the best single model on GSM8K
+dearest model (``max_loss=0.01``, ``incumbent_by=price``) fell to 0.76 x the best single model on GSM8K
 with the two prices swapped, and one against the model of highest lower bound so far
 (``incumbent_by=evidence``) locked onto whichever model was seen first (0.47 x on arena-bench). Name an
 incumbent to get the floor: ``default:incumbent=M`` applies it at max_loss 0.02,
