@@ -47,7 +47,7 @@ class SafetyStats(BaseModel):
     incumbent: str | None = Field(description="the incumbent reported (configured, else the last decision's)")
     max_loss: float = Field(description="alpha: the router keeps >= (1 - alpha) x the incumbent's reward")
     margin: float | None = Field(
-        description="margin of leaving the incumbent now (>= 0: allowed); null while unbounded (-inf)"
+        description="largest margin of leaving the incumbent now, per-model bounds (>= 0: allowed); null without another arm"
     )
     floor_margin: float | None = Field(description="slack of the floor over the folded rounds so far")
     incumbent_rounds: int | None = Field(description="folded rounds that played the incumbent")

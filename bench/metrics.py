@@ -109,6 +109,9 @@ def summarise_policy(
     compared = [incumbent_figures(t) for t in traces]
     if traces and all(c is not None for c in compared):
         row["incumbent"] = summarise_incumbent([c for c in compared if c is not None])
+        targets = [t.cost_target for t in traces if t.cost_target is not None]
+        if targets:
+            row["incumbent"]["cost_target"] = float(targets[-1])
     return row
 
 
@@ -125,6 +128,7 @@ def incumbent_figures(trace: Trace) -> dict[str, Any] | None:
         trace.incumbent,
         trace.incumbent_reward,
         trace.incumbent_cost,
+        over_target=trace.floor_over_target,
     )
 
 

@@ -36,7 +36,7 @@ from bench.cli import documented_parser
 from bench.mixture_datasets import (
     MixtureDataset,
     gaussian_dataset,
-    load_dataset,
+    load_mixture_dataset,
     mmlu_dataset,
     project_dataset,
     read_texts_jsonl,
@@ -214,7 +214,7 @@ def checkpoint_rounds(rounds: int, count: int) -> list[int]:
 
 def benchmark(args: argparse.Namespace) -> dict[str, Any]:
     """Run every requested policy on every seed; the report as a JSON-able dict."""
-    dataset = load_dataset(args.dataset)
+    dataset = load_mixture_dataset(args.dataset)
     options = objective_options(args, dataset)
     names = [n.strip() for n in args.policies.split(",") if n.strip()]
     unknown = set(names) - set(POLICY_NAMES) - set(ORACLE_NAMES)

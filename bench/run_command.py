@@ -284,6 +284,8 @@ def run_main(args: argparse.Namespace) -> int:
     if dataset.contexts is None:
         report["embed_text"] = args.embed_text.config()
     print(format_table(report))
+    for line in floor_conflicts(report):
+        print(line)
     if warm_start is not None:
         settings = warm_start.report(dataset.n_prompts)
         print(
@@ -306,6 +308,22 @@ def run_main(args: argparse.Namespace) -> int:
             Path(args.plots), result.runs, result.references, result.references["oracle"], args.lam, title
         )
     return 0
+
+
+def floor_conflicts(report: dict[str, Any]) -> list[str]:
+    """One line per policy row whose floor held its spend above its cost target on some rounds
+    (``floor_over_target``, routers/conservative.py): the share of such rounds and the spend it held."""
+    lines = []
+    for row in report["policies"]:
+        block = row.get("incumbent") or {}
+        share, target = block.get("floor_over_target_share", 0.0), block.get("cost_target")
+        if share > 0 and target:
+            lines.append(
+                f"conflict: {row['spec']}: the floor held the spend above the cost target on {share:.1%} of "
+                f"rounds; spend {row['mean_cost']:.6g} USD/request = {row['mean_cost'] / target:.0%} of the "
+                f"target {target:.6g} (the floor wins)"
+            )
+    return lines
 
 
 def warm_start_of(args: argparse.Namespace) -> WarmStart | None:

@@ -233,6 +233,8 @@ def run_policy(
     declined = np.zeros(horizon, dtype=bool)
     delivered = np.full(horizon, -1, dtype=np.int64)
     incumbent = np.empty(horizon, dtype=np.int64)
+    over_target = np.zeros(horizon, dtype=bool)
+    cost_target: float | None = None
     select_ns: list[int] = []
     query_rounds = query_calls = 0
     budget: float | None = env.run_budget
@@ -280,6 +282,8 @@ def run_policy(
         success[t] = result.success
         declined[t] = result.declined
         incumbent[t] = env.index[round_incumbent(decision, costs)]
+        over_target[t] = bool(decision.info.get("floor_over_target", False))
+        cost_target = decision.info.get("cost_target", cost_target)
         if result.delivered is not None:
             k = env.index[result.delivered]
             delivered[t] = k
@@ -309,6 +313,8 @@ def run_policy(
         incumbent=incumbent,
         incumbent_reward=draws.rewards[rounds, incumbent],
         incumbent_cost=draws.costs[rounds, incumbent],
+        floor_over_target=over_target,
+        cost_target=cost_target,
     )
 
 

@@ -33,6 +33,10 @@ class Trace:
     incumbent: np.ndarray | None = None
     incumbent_reward: np.ndarray | None = None
     incumbent_cost: np.ndarray | None = None
+    # rounds whose decision said the floor held the spend above a cost target (``floor_over_target``),
+    # and the target the decisions named (``info["cost_target"]``, the last one)
+    floor_over_target: np.ndarray | None = None
+    cost_target: float | None = None
 
 
 def fixed_choice_trace(env: ReplayEnv, draws: SeedDraws, choice: np.ndarray) -> Trace:

@@ -1,78 +1,128 @@
-"""Safe exploration against an incumbent model: a composition wrapper.
+"""Safe exploration against an incumbent model, and savings at a guaranteed quality: a composition wrapper.
 
-``Conservative(inner, incumbent, max_loss)`` plays the inner policy's choice only while doing so cannot,
-with high confidence, push the router's cumulative reward below (1 - alpha) times what the incumbent
-(the model the team would call without routing) would have earned on the same prompts; otherwise it plays
-the incumbent. This is the conservative-UCB check of Wu, Shariff, Lattimore and Szepesvari 2016
-("Conservative Bandits", ICML, Sec. 3, the condition of Algorithm 1 / eq. (3)), in the unknown-default
-form (their Sec. 5 and Kazerouni, Ghavamzadeh, Abbasi-Yadkori and Van Roy 2017, "Conservative Contextual
-Linear Bandits", NeurIPS, eq. (6)-(7): the default's reward replaced by an upper confidence bound), kept
-on the realised rewards the router has been paid.
+``Conservative(inner, incumbent, max_loss)`` keeps the router's reward at or above (1 - alpha) times what
+the incumbent a_0 (the model the team would call without routing) earns on the same prompts, and prices
+every candidate round by the evidence about it: the conservative condition of Kazerouni, Ghavamzadeh,
+Abbasi-Yadkori and Van Roy 2017 ("Conservative Contextual Linear Bandits", NeurIPS, eq. (6)-(7): the
+unknown rewards of the candidate and of the default replaced by their lower and upper confidence bounds),
+after Wu, Shariff, Lattimore and Szepesvari 2016 ("Conservative Bandits", ICML, Sec. 3 and 5).
 
-Notation, over the rounds folded so far (``bandit`` observations with a reward): R_0 is the reward of the
-rounds that played the incumbent a_0, S the other rounds and R_S their reward (both realised, exact);
-the incumbent's own observations (all kinds: played rounds, queries and offline log rows) give n_0
-rewards of mean m_0.
-Rewards lie in [r_min, r_max] (``reward_min``, ``reward_max``), range D = r_max - r_min, and
-L = ln(1 / delta). On the rounds that played a_0 the router and the incumbent earned the same, so
+Notation, over the ``bandit`` rounds folded so far (the rounds whose answer the client was served): R_0
+is the reward of the rounds that played a_0, S the other rounds and R_S their reward (realised: the router
+has been paid them). Rewards lie in [r_min, r_max] (``reward_min``, ``reward_max``), D = r_max - r_min,
+L = ln(1 / delta).
 
-    router >= (1 - alpha) incumbent   <=>   R_S + alpha R_0 >= (1 - alpha) I_S
+Evidence about a model a (``routers.priors``): every rewarded observation of a, of every kind (played
+rounds, BALROG queries, cascade steps, ``offline`` log rows), plus its declared prior as w_a
+pseudo-observations, gives n_a and mean_a and the per-model Hoeffding interval [LCB_a, UCB_a]
+(``routers.priors.hoeffding_bounds``). Where the wrapped policy scores the prompt with an estimate and a
+bonus (kNN-UCB, BALROG, LinUCB, PAK-UCB: ``Decision.scores[a]``), the interval is per context:
 
-where I_S is the incumbent's (unobserved) reward on the rounds in S. Playing arm a != a_0 this round adds
-this round to S; its reward is at least r_min, and with probability >= 1 - 2 delta (Hoeffding, twice: the
-mean, and the realised sum about the mean) the incumbent's reward on the m = |S| + 1 rounds is at most
+    LCB_a(x), UCB_a(x) = estimate_a(x) -/+ max(bonus_a(x), D sqrt(L / (2 k_a(x))))
 
-    U(m) = m (m_0 + D sqrt(L / (2 n_0))) + D sqrt(m L / 2)      (U = +inf while n_0 = 0)
+(k_a(x): the neighbours the estimate averages, else the arm's observations; the Hoeffding width keeps a
+bonus fitted on few rewards from claiming more than k rewards can show) when k_a(x) >= 32
+(``CONTEXT_MIN_COUNT``) or it is no wider than the per-model interval; else the per-model one (the
+context-free form of Wu et al.).
+Only ``bandit`` rounds enter R_0, R_S and S; the other kinds are
+evidence only.
 
-The check (Wu et al.'s inequality, with the realised R_S in place of the sum of lower confidence bounds,
-and r_min for the new round's reward so that the floor holds for the realised sums, not only in
-expectation): play a iff
+The slack banked so far, with the incumbent's unseen reward on S bounded by its upper bounds:
 
-    margin(a) = R_S + r_min + alpha R_0 - (1 - alpha) U(|S| + 1) >= 0,
+    B = R_S + alpha R_0 - (1 - alpha) C_S       C_S = sum over i in S of UCB_0(x_i)
 
-else play a_0 (``Decision.info["incumbent_forced"] = True``). When the inner policy chooses a_0 itself,
-margin = R_S + alpha R_0 - (1 - alpha) U(|S|) (U(0) = 0) is reported and nothing is forced. The margin is
-in ``Decision.info["conservative_margin"]``.
+where UCB_0(x_i) is the incumbent's per-context upper bound at x_i when the wrapped policy gives one at
+fold time (``context_score``, kNN-UCB; a named incumbent only), else the per-model UCB_0. The check for
+this round's candidate a != a_0 (Kazerouni et al.'s eq. (7) with B for the rounds already played) prices
+the round at its gain, on this prompt or on average, whichever the evidence shows larger:
 
-Context. The check bounds the incumbent's reward on S by its mean over every prompt it answered. The
-wrapped policy leaves the incumbent where it expects another model to do better, so on S the incumbent
-is, if anything, worse than on average and the bound errs on the safe side; a per-prompt bound (Kazerouni
-et al.'s linear one) would let it explore sooner where the incumbent is weak, at the price of a model of
-the incumbent. The first decisions play the incumbent (n_0 = 0 gives U = +inf) until alpha R_0 has
-banked enough slack to pay for one bad round: exploration is financed by the incumbent's own earnings.
+    g_a(x) = max(LCB_a(x) - (1 - alpha) UCB_0(x),  LCB_a - (1 - alpha) UCB_0)
 
-Default incumbent: with ``incumbent`` unset, a_0 is, per decision, the candidate arm with the highest price
-in ``Context.costs`` (first in the policy's arm order among equals): "call the most expensive model"
-is what a team does without routing. A decision without prices, or whose incumbent is not a candidate,
-is not checked (``info["conservative"]`` says why).
+(the per-context form is Kazerouni et al.'s, the per-model one Wu et al.'s context-free form; each holds
+at confidence delta per side, so the two together at 2 delta):
 
-Replica consistency: every quantity above is folded from observations (``update``); ``select`` only
-reads them. Decisions still in flight (made, not yet folded) are not counted.
+    margin(a) = B + g_a(x)                                        if g_a(x) >= 0  (a proven round)
+    margin(a) = B + g_a(x) - (1 - alpha) D sqrt(|S| L / 2)        otherwise       (an exploratory one)
+    margin(a_0) = B
 
-Composition with cost: wrap the cost-aware policy (``Conservative(CostAware(inner))``): the cost term
-chooses which model to try, the check decides whether trying it is safe. When the floor and a cost target
-conflict, the floor wins (forced incumbent calls count as spend in the pacer).
+and a is played iff margin(a) >= 0, else a_0 (``Decision.info["incumbent_forced"] = True``). A proven
+round adds slack in expectation, so the evidence alone lets it through; an exploratory round spends slack,
+and only slack that also covers the realised deviation of the incumbent's reward on the |S| rounds already
+off it (Hoeffding for a sum) may pay for it, so that exploration is held to the realised floor, not only to
+the expected one (the first exploration needs only (1 - alpha) UCB_0 - LCB_a of slack).
+
+The guarantee. Let E be the event that every confidence bound the check used held (each Hoeffding side
+fails with probability <= delta; a per-context bound is the wrapped policy's, at its own confidence).
+On E, at every round t, with mu_0(x) the incumbent's expected reward at x and mu_{a_t}(x_t) this round's:
+
+    R_S + R_0 + mu_{a_t}(x_t) >= (1 - alpha) (sum_{i in S} mu_0(x_i) + R_0 + mu_0(x_t))
+
+the router's paid reward plus this round's expected reward is at least (1 - alpha) times the incumbent's
+expected reward on the same prompts (where C_S charged the per-model UCB_0, mu_0(x_i) there reads as the
+incumbent's mean over prompts mu_0: the context-free form of Wu et al.). It bounds expected rewards, as
+Kazerouni et al.'s does; the realised sums deviate from them by O(sqrt(t)) (``bench run`` reports the
+realised ratio, ``min_floor_ratio``).
+Pricing the round at its lower bound rather than at r_min is what lets the evidence pay: a model that the
+logs or a prior show to beat the incumbent (LCB_a(x) >= (1 - alpha) UCB_0(x)) is played from the first
+round, with no slack banked; a model nothing is known of (LCB = r_min) waits for alpha R_0 to cover
+(1 - alpha) UCB_0 - r_min (about 1 / alpha rounds of an incumbent that earns its UCB), and each later
+exploration for the deviation term as well.
+
+Objectives (``objective``):
+
+- ``reward`` (default): the wrapped policy's choice, if margin(choice) >= 0.
+- ``savings``: minimise cost subject to the floor. Among the candidates priced below a_0 in
+  ``Context.costs``, the cheapest a with margin(a) >= 0 whose evidence allows that it is good enough for
+  this prompt: UCB_a(x) >= (1 - alpha) max_b UCB_b(x) over a_0 and the candidates cheaper than it, within
+  alpha of the most any of them may earn here (so a poor incumbent does not make every cheap model good
+  enough, and a model not yet tried keeps the bar high until it is); a_0 when none is. A proven model (g_a(x) >= 0) costs no slack; one still uncertain is tried
+  where B pays for it; one the evidence rules out is not tried. The wrapped policy scores the prompt (its
+  bounds above) and learns from every round; its own choice is not used. Without prices the decision is
+  the ``reward`` one.
+
+Incumbent (``incumbent``, ``incumbent_by``): a named model, else per decision the candidate with the
+highest price in ``Context.costs`` (``incumbent_by="price"``: "call the dearest model" is what a team does
+without routing) or with the highest per-model lower bound LCB_a (``"evidence"``: the model the evidence
+shows best so far; no check while no candidate has evidence). A decision without prices (price rule), or
+whose incumbent is not a candidate, is not checked (``info["conservative"]`` says why).
+
+Conflicts with a cost target (``Conservative(CostAware(inner, cost_target))``): the floor wins. When it
+makes this decision dearer than the cost-aware choice while the pacer's spend per request is above its
+target, ``info["floor_over_target"]`` is True and ``info["spend_per_request"]`` / ``info["cost_target"]``
+say by how much (on every decision of a router with a target; False when there is no conflict).
+
+Replica consistency: every quantity above is folded from observations (``update``); ``select`` only reads
+them. Decisions still in flight (made, not yet folded) are not counted.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Annotated, Any, ClassVar, Self
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any, ClassVar, Literal, Self
 
 from pydantic import Field, model_validator
 
 from routers.base import Context, Decision, Observation, Policy, candidate_arms
 from routers.hyperparameters import ArmName, Finite, Hyperparameters
-from routers.wrapper import PolicyWrapper
+from routers.priors import Prior, hoeffding_bounds, parse_priors, with_prior
+from routers.wrapper import PolicyWrapper, layers
+
+Bounds = tuple[float, float]
 
 
 class ConservativeHyperparameters(Hyperparameters):
     """The conservative wrapper's keys (module docstring); any of them set applies the wrapper."""
 
-    incumbent: ArmName | None = Field(None, description="a_0; null: the highest-priced candidate")
+    incumbent: ArmName | None = Field(None, description="a_0; null: chosen per decision by incumbent_by")
+    incumbent_by: Literal["price", "evidence"] | None = Field(
+        None, description="without incumbent: the dearest candidate, or the best by evidence; null: price"
+    )
     max_loss: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] | None = Field(
         None, description="alpha: the tolerated fraction of the incumbent's reward; null: 0.02"
+    )
+    objective: Literal["reward", "savings"] | None = Field(
+        None, description="reward: the policy's choice under the floor; savings: the cheapest safe model"
     )
     delta: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] = Field(0.01, description="confidence")
     reward_min: Finite = 0.0
@@ -86,6 +136,11 @@ class ConservativeHyperparameters(Hyperparameters):
 
 
 CONSERVATIVE_KEYS: tuple[str, ...] = tuple(ConservativeHyperparameters.model_fields)
+# a per-context interval resting on fewer rewards than this is used only where it is no wider than the
+# per-model one: kNN-UCB's first rounds after a warm start choose k = 1 (log t = 0 leaves only the
+# distance term) while the model's logs number hundreds
+CONTEXT_MIN_COUNT = 32
+DEFAULTS = {"max_loss": 0.02, "incumbent_by": "price", "objective": "reward"}
 
 
 class Conservative(PolicyWrapper):
@@ -93,45 +148,83 @@ class Conservative(PolicyWrapper):
 
     key: ClassVar[str] = "conservative"
 
-    def __init__(self, inner: Policy, **settings: Any) -> None:
+    def __init__(self, inner: Policy, priors: Mapping[str, Any] | None = None, **settings: Any) -> None:
         super().__init__(inner, "incumbent / max_loss")
         p = ConservativeHyperparameters.parse(settings)
-        p = p.model_copy(update={"max_loss": 0.02 if p.max_loss is None else p.max_loss})
+        p = p.model_copy(update={k: v for k, v in DEFAULTS.items() if getattr(p, k) is None})
         self.incumbent = p.incumbent
+        self.incumbent_by = str(p.incumbent_by)
+        self.objective = str(p.objective)
         self.alpha = float(p.max_loss or 0.0)
         self.log_term = math.log(1.0 / p.delta)
         self.reward_min, self.reward_max = p.reward_min, p.reward_max
+        self.priors: dict[str, Prior] = parse_priors(priors)
         self.settings = p.config()
-        self.played: dict[str, list[float]] = {}  # arm -> [rounds played, their reward]
+        if self.priors:
+            self.settings["priors"] = {a: dict(v) for a, v in self.priors.items()}
+        self.played: dict[str, list[float]] = {}  # arm -> [bandit rounds played, their reward]
         self.seen: dict[str, list[float]] = {}  # arm -> [rewards observed (any kind), their sum]
+        # rounds off the named incumbent charged at its per-context bound: [rounds, sum of UCB_0(x_i)]
+        self.charged: list[float] = [0.0, 0.0]
+
+    # --- evidence ----------------------------------------------------------------------------------------
+
+    def model_bounds(self, arm: str) -> Bounds:
+        """(LCB_a, UCB_a): the per-model Hoeffding interval from every observation and the prior."""
+        count, total = self.seen.get(arm, (0.0, 0.0))
+        n, s = with_prior(self.priors, arm, count, total)
+        return hoeffding_bounds(n, s, self.log_term, self.reward_min, self.reward_max)
+
+    def context_bounds(self, arm: str, scores: Mapping[str, Mapping[str, float]] | None) -> Bounds:
+        """(LCB_a(x), UCB_a(x)): the wrapped policy's interval for this prompt (``score_bounds``) where it
+        reports one that rests on at least ``CONTEXT_MIN_COUNT`` rewards or is no wider than the per-model
+        one; else the per-model one."""
+        return self._contextual(self.score_bounds((scores or {}).get(arm, {})), arm)
+
+    def _contextual(self, found: tuple[Bounds, float] | None, arm: str) -> Bounds:
+        model = self.model_bounds(arm)
+        if found is None:
+            return model
+        bounds, count = found
+        if count >= CONTEXT_MIN_COUNT or bounds[1] - bounds[0] <= model[1] - model[0]:
+            return bounds
+        return model
+
+    def score_bounds(self, score: Mapping[str, float]) -> tuple[Bounds, float] | None:
+        """estimate -/+ max(bonus, D sqrt(L / (2 k))), clipped to [r_min, r_max], from a policy's per-arm
+        score (k: its neighbours, else its observations), and k; None without a finite estimate, bonus
+        and k."""
+        estimate, bonus = score.get("estimate"), score.get("bonus")
+        if estimate is None or bonus is None or not (math.isfinite(estimate) and math.isfinite(bonus)):
+            return None
+        count = float(score.get("k", score.get("n", 0.0)) or 0.0)
+        if count <= 0:
+            return None
+        spread = self.reward_max - self.reward_min
+        width = max(bonus, spread * math.sqrt(self.log_term / (2.0 * count)))
+        return (max(self.reward_min, estimate - width), min(self.reward_max, estimate + width)), count
 
     def incumbent_for(self, context: Context) -> str | None:
-        """a_0: the configured incumbent, else the highest-priced candidate (see the module doc)."""
+        """a_0: the configured incumbent, else by ``incumbent_by`` among the candidates (module doc)."""
         if self.incumbent is not None:
             return self.incumbent
+        candidates = candidate_arms(self.inner.arms, context)
+        if self.incumbent_by == "evidence":
+            known = [a for a in candidates if self._has_evidence(a)]
+            return max(known, key=lambda a: self.model_bounds(a)[0]) if known else None
         if not context.costs:
             return None
-        priced = [a for a in candidate_arms(self.inner.arms, context) if a in context.costs]
+        priced = [a for a in candidates if a in context.costs]
         return max(priced, key=lambda a: context.costs[a]) if priced else None  # type: ignore[index]
 
-    def incumbent_bound(self, incumbent: str, rounds: int) -> float:
-        """U(m) = m (m_0 + D sqrt(L / (2 n_0))) + D sqrt(m L / 2); 0 for m = 0, +inf while n_0 = 0."""
-        if rounds == 0:
-            return 0.0
-        n0, total0 = self.seen.get(incumbent, (0.0, 0.0))
-        if n0 == 0:
-            return math.inf
-        spread = self.reward_max - self.reward_min
-        mean_bound = total0 / n0 + spread * math.sqrt(self.log_term / (2.0 * n0))
-        return rounds * mean_bound + spread * math.sqrt(rounds * self.log_term / 2.0)
+    def _has_evidence(self, arm: str) -> bool:
+        return self.seen.get(arm, (0.0, 0.0))[0] > 0 or arm in self.priors
+
+    # --- the check ---------------------------------------------------------------------------------------
 
     def rounds(self, incumbent: str) -> tuple[int, int]:
         """(rounds that played a_0, |S|): the folded ``bandit`` rounds on and off the incumbent."""
         return int(self.played.get(incumbent, (0.0, 0.0))[0]), self._sums(incumbent)[1]
-
-    def margin(self, incumbent: str, arm: str) -> float:
-        """margin(a) of the module docstring: >= 0 iff playing ``arm`` keeps the floor."""
-        return self.floor_margin(incumbent) if arm == incumbent else self.explore_margin(incumbent)
 
     def _sums(self, incumbent: str) -> tuple[float, int, float]:
         """(R_0, |S|, R_S) over the folded rounds."""
@@ -139,67 +232,174 @@ class Conservative(PolicyWrapper):
         r0 = self.played.get(incumbent, (0.0, 0.0))[1]
         return r0, int(sum(s[0] for s in others)), sum(s[1] for s in others)
 
-    def explore_margin(self, incumbent: str) -> float:
-        """margin(a) for any a != a_0: R_S + r_min + alpha R_0 - (1 - alpha) U(|S| + 1); >= 0 iff the
-        next decision may leave the incumbent."""
-        r0, rounds_s, reward_s = self._sums(incumbent)
-        bound = self.incumbent_bound(incumbent, rounds_s + 1)
-        return reward_s + self.reward_min + self.alpha * r0 - (1.0 - self.alpha) * bound
+    def charge(self, incumbent: str, rounds_s: int) -> float:
+        """C_S: the incumbent's upper bound summed over the rounds in S (per-context where charged)."""
+        charged_rounds, charged_sum = self.charged if incumbent == self.incumbent else (0.0, 0.0)
+        return charged_sum + max(rounds_s - charged_rounds, 0.0) * self.model_bounds(incumbent)[1]
 
     def floor_margin(self, incumbent: str) -> float:
-        """margin(a_0) = R_S + alpha R_0 - (1 - alpha) U(|S|): the floor's slack over the rounds so far."""
+        """B = R_S + alpha R_0 - (1 - alpha) C_S: the floor's slack over the rounds so far."""
         r0, rounds_s, reward_s = self._sums(incumbent)
-        return reward_s + self.alpha * r0 - (1.0 - self.alpha) * self.incumbent_bound(incumbent, rounds_s)
+        return reward_s + self.alpha * r0 - (1.0 - self.alpha) * self.charge(incumbent, rounds_s)
+
+    def margin(
+        self, incumbent: str, arm: str, scores: Mapping[str, Mapping[str, float]] | None = None
+    ) -> float:
+        """margin(a) of the module docstring: >= 0 iff playing ``arm`` keeps the floor."""
+        banked = self.floor_margin(incumbent)
+        if arm == incumbent:
+            return banked
+        gain = self.gain(incumbent, arm, scores)
+        if gain >= 0:
+            return banked + gain
+        rounds_s = self._sums(incumbent)[1]
+        spread = self.reward_max - self.reward_min
+        return banked + gain - (1.0 - self.alpha) * spread * math.sqrt(rounds_s * self.log_term / 2.0)
+
+    def gain(
+        self, incumbent: str, arm: str, scores: Mapping[str, Mapping[str, float]] | None = None
+    ) -> float:
+        """g_a(x) = max(LCB_a(x) - (1 - alpha) UCB_0(x), LCB_a - (1 - alpha) UCB_0): this prompt's gain
+        or the models' gain on average, whichever the evidence shows larger (module docstring)."""
+        alpha = self.alpha
+        model = self.model_bounds(arm)[0] - (1.0 - alpha) * self.model_bounds(incumbent)[1]
+        if not scores:
+            return model
+        here = self.context_bounds(arm, scores)[0] - (1.0 - alpha) * self.context_bounds(incumbent, scores)[1]
+        return max(here, model)
+
+    def explore_margin(self, incumbent: str) -> float:
+        """The largest margin(a), a != a_0, at the per-model bounds: >= 0 iff, on the evidence so far,
+        the next decision may leave the incumbent somewhere (-inf without another arm)."""
+        return max((self.margin(incumbent, a) for a in self.inner.arms if a != incumbent), default=-math.inf)
+
+    # --- select ------------------------------------------------------------------------------------------
 
     def select(self, context: Context) -> Decision:
-        """The inner choice if margin(choice) >= 0, else the incumbent."""
+        """The inner choice (``reward``) or the cheapest safe model (``savings``) if margin >= 0, else a_0."""
         decision = self.inner.select(context)
-        incumbent = self.incumbent_for(context)
         if not decision.arms:
             return decision
-        if incumbent is None or incumbent not in candidate_arms(self.inner.arms, context):
-            why = "no incumbent (no prices)" if incumbent is None else "incumbent not a candidate"
+        candidates = candidate_arms(self.inner.arms, context)
+        incumbent = self.incumbent_for(context)
+        if incumbent is None or incumbent not in candidates:
+            why = self._unchecked(incumbent)
             decision.info = {**decision.info, "conservative": why, "incumbent_forced": False}
             return decision
-        chosen = decision.arms[0]
-        margin = self.margin(incumbent, chosen)
-        forced = chosen != incumbent and not margin >= 0
+        proposed = decision.arms[0]
+        savings = self.objective == "savings" and self._priced(context, [incumbent])
+        if savings:
+            chosen = self._cheapest_safe(incumbent, candidates, context, decision.scores)
+        else:
+            chosen = proposed if self.margin(incumbent, proposed, decision.scores) >= 0 else incumbent
         info = {
             **decision.info,
-            "conservative_margin": margin,
+            "conservative_margin": self.margin(incumbent, chosen if savings else proposed, decision.scores),
             "incumbent": incumbent,
-            "incumbent_forced": forced,
+            "incumbent_forced": chosen == incumbent and proposed != incumbent and not savings,
+            "objective": "savings" if savings else "reward",
+            **self._conflict(context, proposed, chosen),
         }
-        if not forced:
+        if chosen == proposed:
             decision.info = info
             return decision
         return Decision(
-            arms=[incumbent],
+            arms=[chosen],
             scores=decision.scores,
             mode=decision.mode,
-            query=[a for a in decision.query if a != incumbent],
-            info={**info, "proposed": chosen},
+            query=[a for a in decision.query if a != chosen],
+            info={**info, "proposed": proposed},
         )
 
+    def _unchecked(self, incumbent: str | None) -> str:
+        if incumbent is not None:
+            return "incumbent not a candidate"
+        return (
+            "no incumbent (no evidence yet)"
+            if self.incumbent_by == "evidence"
+            else "no incumbent (no prices)"
+        )
+
+    @staticmethod
+    def _priced(context: Context, arms: Sequence[str]) -> bool:
+        return context.costs is not None and all(a in context.costs for a in arms)
+
+    def _cheapest_safe(
+        self,
+        incumbent: str,
+        candidates: Sequence[str],
+        context: Context,
+        scores: Mapping[str, Mapping[str, float]],
+    ) -> str:
+        """The savings choice of the module docstring (ties in price: the policy's arm order)."""
+        costs = context.costs or {}
+        price0 = costs[incumbent]
+        cheaper = sorted(
+            (a for a in candidates if a != incumbent and a in costs and costs[a] < price0),
+            key=lambda a: costs[a],
+        )
+        best = max(self.context_bounds(a, scores)[1] for a in [incumbent, *cheaper])
+        for arm in cheaper:
+            plausible = self.context_bounds(arm, scores)[1] >= (1.0 - self.alpha) * best
+            if plausible and self.margin(incumbent, arm, scores) >= 0:
+                return arm
+        return incumbent
+
+    def _conflict(self, context: Context, proposed: str, chosen: str) -> dict[str, Any]:
+        """``floor_over_target`` and the pacer's figures, for a router with a cost target (module doc)."""
+        pacer = next(
+            (getattr(layer, "pacer", None) for layer in layers(self.inner) if hasattr(layer, "pacer")), None
+        )
+        if pacer is None:
+            return {}
+        spend = pacer.spend_per_request
+        costs = context.costs or {}
+        dearer = chosen != proposed and costs.get(chosen, 0.0) > costs.get(proposed, math.inf)
+        over = spend is not None and spend > pacer.target
+        return {
+            "floor_over_target": bool(dearer and over),
+            "spend_per_request": spend,
+            "cost_target": pacer.target,
+        }
+
+    # --- learning ----------------------------------------------------------------------------------------
+
     def _fold(self, observation: Observation) -> None:
-        """Fold the reward into the seen sums (any kind) and the played sums (``bandit``)."""
+        """Fold the reward into the evidence (any kind) and, for a ``bandit`` round, into the played sums
+        (and C_S's per-context charge, before the inner policy learns this round)."""
         if observation.reward is None:
             return
         r = float(observation.reward)  # a removed arm's rounds were still earned: no arm filter
         seen = self.seen.setdefault(observation.arm, [0.0, 0.0])
         seen[0] += 1.0
         seen[1] += r
-        if observation.kind == "bandit":
-            played = self.played.setdefault(observation.arm, [0.0, 0.0])
-            played[0] += 1.0
-            played[1] += r
+        if observation.kind != "bandit":
+            return
+        played = self.played.setdefault(observation.arm, [0.0, 0.0])
+        played[0] += 1.0
+        played[1] += r
+        if self.incumbent is not None and observation.arm != self.incumbent:
+            self._charge_round(self.incumbent, observation)
+
+    def _charge_round(self, incumbent: str, observation: Observation) -> None:
+        """C_S's term for this round: UCB_0(x) where the wrapped policy scores x at fold time
+        (``context_score``: kNN-UCB), else nothing here (the per-model UCB_0 is charged at select)."""
+        scorer = getattr(self.inner, "context_score", None)
+        score = scorer(incumbent, observation.embedding) if callable(scorer) else None
+        found = None if score is None else self.score_bounds(score)
+        if found is None:
+            return
+        self.charged[0] += 1.0
+        self.charged[1] += self._contextual(found, incumbent)[1]
 
     def _state(self) -> dict[str, Any]:
         return {
             "played": {a: list(s) for a, s in self.played.items()},
             "seen": {a: list(s) for a, s in self.seen.items()},
+            "charged": list(self.charged),
         }
 
     def _load(self, state: Mapping[str, Any]) -> None:
         self.played = {a: [float(v) for v in s] for a, s in dict(state.get("played", {})).items()}
         self.seen = {a: [float(v) for v in s] for a, s in dict(state.get("seen", {})).items()}
+        self.charged = [float(v) for v in state.get("charged", (0.0, 0.0))]

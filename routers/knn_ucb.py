@@ -363,6 +363,18 @@ class KnnUCB(PolicyBase):
             "n": float(self.size(arm)),
         }, choice
 
+    def context_score(self, arm: str, embedding: np.ndarray) -> dict[str, float] | None:
+        """``explain``'s estimate, bonus and k for ``arm`` at a prompt, read from the folded state only: L =
+        t is the count of rewards folded, not of selects served, so every replica folding the same
+        observations scores alike (the conservative floor's fold-time bound). None while the arm holds
+        no point."""
+        if arm not in self._arms or self.size(arm) == 0:
+            return None
+        x = _as_vector(embedding)
+        t = max(int(self.variogram.rewards[0]), 1)
+        scales = self.scales(arm if self.pool == "arm" else None)
+        return self.explain(arm, x, t, scales)[0]
+
     def select(self, context: Context) -> Decision:
         """g_t = argmax_g I_g(x) (eq. 7), uniform tie-break; then (BALROG) the query decision.
 

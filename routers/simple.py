@@ -2,7 +2,10 @@
 
 They ignore the prompt embedding. Per arm a they keep n_a (rewards seen), S_a = sum of rewards and
 Q_a = sum of squared rewards; the mean is m_a = S_a / n_a. An arm never rewarded is tried first (its
-score is +inf; ties, including several +inf, are broken uniformly at random).
+score is +inf; ties, including several +inf, are broken uniformly at random). Declared priors
+(``priors``, ``routers.priors``; set through ``set_priors`` by ``routers.trusted``) add w_a
+pseudo-observations of mean m_a to n_a and S_a wherever greedy, epsilon-greedy and Thompson sampling read
+them (not to Q_a): an arm with a prior is not "never rewarded".
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import numpy as np
 from routers.base import Context, Decision, Observation, argmax_random_tie, candidate_arms
 from routers.hyperparameters import ArmName, Fraction, Hyperparameters, NoHyperparameters
 from routers.policy_base import PolicyBase
+from routers.priors import Prior, parse_priors, with_prior
 
 
 class AlwaysHyperparameters(Hyperparameters):
@@ -46,6 +50,29 @@ class ArmMeans(PolicyBase):
         super().__init__(arms, seed)
         self._configure(hyperparameters, Hyperparameters)
         self._stats: dict[str, list[float]] = {a: [0.0, 0.0, 0.0] for a in self._arms}
+        self.priors: dict[str, Prior] = {}
+
+    def set_priors(self, priors: Any) -> None:
+        """Declared priors (``routers.priors``): kept in ``config`` so that a state restores them."""
+        self.priors = parse_priors(priors)
+        if self.priors:
+            self.config["priors"] = {a: dict(p) for a, p in self.priors.items()}
+        else:
+            self.config.pop("priors", None)
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> Any:
+        """As ``PolicyBase.from_state``, with the priors of ``config`` set through ``set_priors``."""
+        config = dict(state.get("config", {}))
+        priors = config.pop("priors", None)
+        policy = super().from_state({**state, "config": config})
+        policy.set_priors(priors)
+        return policy
+
+    def evidence(self, arm: str) -> tuple[float, float]:
+        """(n_a, S_a) with the arm's prior pseudo-observations added."""
+        n, s, _ = self._stats[arm]
+        return with_prior(self.priors, arm, n, s)
 
     def _on_add_arm(self, arm: str) -> None:
         self._stats.setdefault(arm, [0.0, 0.0, 0.0])
@@ -54,8 +81,8 @@ class ArmMeans(PolicyBase):
         self._stats.pop(arm, None)
 
     def mean(self, arm: str) -> float:
-        """m_a = S_a / n_a (+inf while n_a = 0: untried arms first)."""
-        n, s, _ = self._stats[arm]
+        """m_a = S_a / n_a, priors included (+inf while n_a = 0: untried arms first)."""
+        n, s = self.evidence(arm)
         return s / n if n > 0 else math.inf
 
     def update(self, observation: Observation) -> None:
@@ -70,7 +97,7 @@ class ArmMeans(PolicyBase):
 
     def _pick(self, arms: list[str], values: np.ndarray, context: Context) -> Decision:
         scores = {
-            a: {"estimate": self.mean(a), "index": float(v), "n": self._stats[a][0]}
+            a: {"estimate": self.mean(a), "index": float(v), "n": self.evidence(a)[0]}
             for a, v in zip(arms, values, strict=True)
         }
         return Decision(arms=[arms[argmax_random_tie(values, self._draws(context))]], scores=scores)
@@ -191,7 +218,7 @@ class Thompson(ArmMeans):
         draws = np.empty(len(arms))
         s = self.pooled_std()
         for i, arm in enumerate(arms):
-            n, total, _ = self._stats[arm]
+            n, total = self.evidence(arm)
             if self.prior == "beta":
                 wins = min(max(total, 0.0), n)
                 draws[i] = rng.beta(1.0 + wins, 1.0 + n - wins)

@@ -4,19 +4,25 @@
 hyperparameters may also carry
 
 - ``cost_weight``, ``cost_target``, ``pacing_rate``, ``cost_confidence``: ``routers.cost_aware.CostAware``;
-- ``incumbent``, ``max_loss``, ``delta``, ``reward_min``, ``reward_max``:
-  ``routers.conservative.Conservative`` (without ``incumbent``, the highest-priced arm is the incumbent).
+- ``incumbent``, ``incumbent_by``, ``max_loss``, ``objective``, ``delta``, ``reward_min``, ``reward_max``:
+  ``routers.conservative.Conservative`` (without ``incumbent``, the highest-priced arm is the incumbent
+  unless ``incumbent_by`` says ``evidence``);
+- ``priors`` ({model: {"mean", "weight"}}, ``routers.priors``): declared prior quality as
+  pseudo-observations, given to the conservative wrapper when it applies and to the policy itself when
+  it keeps per-model statistics (``set_priors``: greedy, epsilon-greedy, Thompson sampling); a
+  per-prompt policy ignores it. ``priors`` alone applies no wrapper.
 
 A wrapper applies when any of its keys is set (not None; ``cost_weight = 0`` alone is the plain policy).
 
 The order is fixed: ``Conservative(CostAware(policy))`` (the check guards whatever the cost-aware choice
 proposes). Without any of these keys the factory returns the plain policy, whose state is unchanged. The
-factory's ``hyperparameters`` model is the policy's own plus both wrappers' (``CostHyperparameters``,
-``ConservativeHyperparameters``), so every key is typed and known before anything is built; the
-remaining keys go to the policy's own constructor; a wrapper key that the wrapper does not accept for
-this policy (``cost_target`` on ``random``) is a ``PolicyConfigError``.
+factory's ``hyperparameters`` model is the policy's own plus the wrappers' (``CostHyperparameters``,
+``ConservativeHyperparameters``, ``PriorHyperparameters``), so every key is typed and known before
+anything is built; the remaining keys go to the policy's own constructor; a wrapper key that the wrapper
+does not accept for this policy (``cost_target`` on ``random``) is a ``PolicyConfigError``.
 ``from_state`` restores every form, so ``registry.restore_policy`` works unchanged. In a bench spec:
-``knn-ucb:cost_target=0.002``, ``knn-ucb:incumbent=gpt-4,max_loss=0.02``.
+``knn-ucb:cost_target=0.002``, ``knn-ucb:incumbent=gpt-4,max_loss=0.02``,
+``knn-ucb:incumbent=gpt-4,max_loss=0.05,objective=savings``.
 """
 
 from __future__ import annotations
@@ -28,19 +34,24 @@ from routers.base import Policy
 from routers.conservative import CONSERVATIVE_KEYS, Conservative, ConservativeHyperparameters
 from routers.cost_aware import COST_KEYS, CostAware, CostHyperparameters
 from routers.hyperparameters import combine, model_of, registry_factory
+from routers.priors import PRIOR_KEYS, PriorHyperparameters, parse_priors
 
 
 def wrap(inner: Policy, hyper: Mapping[str, Any]) -> Policy:
     """Apply the wrappers that ``hyper`` (wrapper keys only) asks for, innermost first. A key set to
     None, or ``cost_weight`` = 0, counts as absent; any other key of a wrapper applies it (and has it
-    validated)."""
+    validated). ``priors`` go to the policy (``set_priors``) and to the conservative wrapper."""
     given = {k: v for k, v in hyper.items() if v is not None and not (k == "cost_weight" and v == 0)}
+    priors = parse_priors(hyper.get("priors"))
+    set_priors = getattr(inner, "set_priors", None)
+    if priors and callable(set_priors):
+        set_priors(priors)
     policy = inner
     if any(k in given for k in COST_KEYS):
         policy = CostAware(policy, **{k: hyper[k] for k in COST_KEYS if k in hyper})  # type: ignore[assignment]
     if any(k in given for k in CONSERVATIVE_KEYS):
         safe = {k: hyper[k] for k in CONSERVATIVE_KEYS if k in hyper}
-        policy = Conservative(policy, **safe)  # type: ignore[assignment]
+        policy = Conservative(policy, priors=priors, **safe)  # type: ignore[assignment]
     return policy
 
 
@@ -55,13 +66,14 @@ def restore_wrapped(state: Mapping[str, Any], restore_inner: Callable[[Mapping[s
 
 def trusted(factory: Any) -> Callable[..., Policy]:
     """A registry factory: ``factory`` plus the wrapper hyperparameters of the module docstring."""
-    keys = (*COST_KEYS, *CONSERVATIVE_KEYS)
+    keys = (*COST_KEYS, *CONSERVATIVE_KEYS, *PRIOR_KEYS)
     own_model = model_of(factory)
     model = combine(
         own_model.__name__.replace("Hyperparameters", "") + "TrustedHyperparameters",
         own_model,
         CostHyperparameters,
         ConservativeHyperparameters,
+        PriorHyperparameters,
     )
 
     def build(arms: Sequence[str] = (), seed: int | None = 0, **hyper: Any) -> Policy:

@@ -14,12 +14,12 @@ them), so two replicas at the same event watermark report the same numbers:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from routers.conservative import Conservative
 from routers.pacing import DualPacer
+from routers.wrapper import layers
 
 
 @dataclass(frozen=True)
@@ -40,13 +40,6 @@ class SafetyReport:
     floor_margin: float | None
     incumbent_rounds: int | None
     other_rounds: int | None
-
-
-def layers(policy: Any) -> Iterator[Any]:
-    """The policy and every wrapped policy under it, outermost first."""
-    while policy is not None:
-        yield policy
-        policy = getattr(policy, "inner", None)
 
 
 def finite(value: float) -> float | None:

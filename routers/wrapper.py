@@ -12,7 +12,7 @@ the wrapper around the restored inner policy, and ``config`` / ``seed`` sit wher
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar, Self
 
 from routers.base import Context, CounterUse, Observation, Policy, PolicyConfigError, RngSource, counter_use
@@ -106,3 +106,10 @@ class PolicyWrapper:
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> Policy:  # pragma: no cover - use the registry
         raise PolicyConfigError(f"restore a {cls.key} wrapper through its registry factory")
+
+
+def layers(policy: Any) -> Iterator[Any]:
+    """The policy and every wrapped policy under it, outermost first."""
+    while policy is not None:
+        yield policy
+        policy = getattr(policy, "inner", None)

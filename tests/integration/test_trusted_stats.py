@@ -35,9 +35,9 @@ async def test_trusted_figures_are_hand_computed(stack: Stack) -> None:
     d1 b chosen (reward 1, cost 0.5); d2 b forced (reward 0, cost 0.5); d3 a (reward 1, cost 0.25);
     d4 a (cost 0.125, no reward, 1000 characters); d5 unchecked (no prices), no events.
     lambda: 0.5-0.25 = 0.25; +0.25 = 0.5; +0 = 0.5; -0.125 = 0.375; 4 requests, $1.375.
-    Rounds: b played 2 (R_0 = 1, n_0 = 2, m_0 = 0.5), a 1 (R_S = 1); U(m) = m (0.5 + sqrt(1/4)) +
-    sqrt(m / 2) = m + sqrt(m / 2). margin = 1 + 0 + 0.5 - 0.5 U(2) = 0; floor = 1.5 - 0.5 U(1) =
-    1 - sqrt(0.5) / 2. Cost: b's own calls 0.5 + 0.5, and for d3, d4 (1000 characters each) b's price
+    Rounds: b played 2 (R_0 = 1, n_0 = 2, m_0 = 0.5), a 1 (R_S = 1, n_a = 1); UCB_0 = min(1, 0.5 +
+    sqrt(1/4)) = 1, LCB_a = 1 - sqrt(1/2). floor B = R_S + 0.5 R_0 - 0.5 |S| UCB_0 = 1; a's gain
+    LCB_a - 0.5 UCB_0 < 0 (exploratory, |S| = 1): margin = B + gain - 0.5 sqrt(1 / 2) = 1.5 - 1.5 sqrt(0.5). Cost: b's own calls 0.5 + 0.5, and for d3, d4 (1000 characters each) b's price
     2 (0.5 + 250 x 2 / 1e6) = 1.001: reference 2.001, actual 1.375, saved 0.626."""
     app = create_app(stack.settings())
     async with running(app) as client:
@@ -90,8 +90,8 @@ async def test_trusted_figures_are_hand_computed(stack: Stack) -> None:
         assert pacing["spend_vs_target"] == pytest.approx(1.375)
         safety = trusted["safety"]
         assert (safety["incumbent"], safety["max_loss"]) == (b, 0.5)
-        assert safety["margin"] == pytest.approx(0.0, abs=1e-12)
-        assert safety["floor_margin"] == pytest.approx(1 - math.sqrt(0.5) / 2)
+        assert safety["margin"] == pytest.approx(1.5 - 1.5 * math.sqrt(0.5), abs=1e-12)
+        assert safety["floor_margin"] == pytest.approx(1.0, abs=1e-12)
         assert (safety["incumbent_rounds"], safety["other_rounds"]) == (2, 1)
         counts = [safety[k] for k in ("checked", "forced", "chosen", "off_incumbent")]
         assert counts == [4, 1, 1, 2]
@@ -109,8 +109,8 @@ async def test_trusted_figures_are_hand_computed(stack: Stack) -> None:
 
 async def test_a_router_created_with_the_keys_reports_them_end_to_end(stack: Stack) -> None:
     """Through the admin API and /route + /feedback: the decisions' info says whether the incumbent was
-    forced, and the stats count exactly those; before the incumbent has a reward every decision is
-    forced or chosen on it (U = +inf) and the margin is null."""
+    forced, and the stats count exactly those; with nothing banked and nothing known of the other arm
+    every decision is forced or chosen on the incumbent."""
     app = create_app(stack.settings())
     async with running(app) as client:
         h = admin_headers()

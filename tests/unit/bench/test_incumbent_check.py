@@ -12,6 +12,7 @@ from bench.incumbent_check import floor_ratio, incumbent_comparison
 from bench.policy_spec import parse_spec
 from bench.report_table import format_table
 from bench.result_schema import validate_report
+from bench.run_command import floor_conflicts
 from replay_dataset.files import write_dataset
 from routers.base import Context, Decision
 from tests.unit.bench.scripted_policy import Script, ScriptedPolicy, register, replay_with_repeats
@@ -50,8 +51,10 @@ def test_comparison_counts_rounds_off_the_incumbent_and_the_cost_saved() -> None
         "floor_ratio": pytest.approx(0.5),
         "off_incumbent_share": 0.75,
         "cost_saved_share": pytest.approx(1 - 0.12 / 0.4),
+        "spend_share": pytest.approx(0.12 / 0.4),
         "cost_saved_usd": pytest.approx(0.28 / 4),
         "incumbent_reward": 0.75,
+        "floor_over_target_share": 0.0,
     }
 
 
@@ -94,3 +97,25 @@ def test_the_report_checks_the_floor_on_the_simulators_trace(
     validate_report(result.report)
     assert "floor ratio" in format_table(result.report)
     assert f"{ratio:.4f}" in format_table(result.report)
+
+
+def test_the_report_counts_the_rounds_the_floor_held_over_a_cost_target(monkeypatch, tmp_path: Path) -> None:
+    """A policy whose even rounds say ``floor_over_target`` (mid, $0.01) under a $0.004 target and whose odd
+    rounds do not (weak, $0.002): half the rounds are over target, the spend held is 0.006 = 150% of it,
+    and ``bench run`` prints one ``conflict:`` line saying so."""
+
+    def script(policy: ScriptedPolicy, context: Context) -> Decision:
+        even = int(str(context.decision_key)) % 2 == 0
+        info = {"incumbent": "mid", "floor_over_target": even, "cost_target": 0.004}
+        return Decision(arms=["mid" if even else "weak"], info=info)
+
+    dataset = load_dataset(write_dataset(tmp_path / "d", MODELS, ROWS, (0.0, 1.0), "one prompt"))
+    register(monkeypatch, "scripted", script)
+    result = replay_with_repeats(dataset, [parse_spec("scripted")], horizon=200, seeds=2)
+    block = result.report["policies"][0]["incumbent"]
+    assert block["floor_over_target_share"] == pytest.approx(0.5)
+    assert block["cost_target"] == 0.004
+    assert block["spend_share"] == pytest.approx(0.006 / 0.01)
+    validate_report(result.report)
+    (line,) = floor_conflicts(result.report)
+    assert "50.0% of rounds" in line and "150% of the target 0.004" in line

@@ -44,22 +44,28 @@ def _small_case(max_loss: float) -> Policy:
     return policy
 
 
+# The small case by hand (greedy reports no bonus, so every bound is per model; L = 2, D = 1):
+# incumbent n_0 = 4, m_0 = 0.75: UCB_0 = min(1, 0.75 + sqrt(2 / 8)) = 1; x n = 1, m = 1: LCB_x = 1 - 1 = 0.
+# C_S = |S| UCB_0 = 1 (greedy scores no prompt at fold time). B = R_S + alpha R_0 - (1 - alpha) C_S.
+# x's gain LCB_x - (1 - alpha) UCB_0 < 0: an exploratory round, also charged the realised deviation of the
+# incumbent's reward on the |S| = 1 round off it, (1 - alpha) sqrt(|S| L / 2) = (1 - alpha).
+
+
 def test_conservative_check_by_hand_forces_the_incumbent() -> None:
-    # Playing x: m = 2, U(2) = 2 (0.75 + sqrt(2 / 8)) + sqrt(2 * 2 / 2) = 2.5 + sqrt(2).
-    # margin = R_S + r_min + alpha R_0 - (1 - alpha) U = 1 + 0 + 0.1 * 3 - 0.9 (2.5 + sqrt 2) = -2.2227922...
+    # alpha = 0.1: B = 1 + 0.3 - 0.9 = 0.4; margin = 0.4 + (0 - 0.9) - 0.9 = -1.4
     decision = _small_case(0.1).select(Context(embedding=X, costs=PRICES))
     assert decision.info["proposed"] == "x"  # greedy prefers x (mean 1 > 0.75)
     assert decision.arms == ["inc"]
     assert decision.info["incumbent_forced"] is True
-    assert decision.info["conservative_margin"] == pytest.approx(1.3 - 0.9 * (2.5 + math.sqrt(2)), abs=1e-12)
+    assert decision.info["conservative_margin"] == pytest.approx(-1.4, abs=1e-12)
 
 
 def test_conservative_check_by_hand_lets_a_safe_choice_through() -> None:
-    # alpha = 0.5: margin = 1 + 0.5 * 3 - 0.5 (2.5 + sqrt 2) = 0.5428932...
+    # alpha = 0.5: B = 1 + 1.5 - 0.5 = 2; margin = 2 + (0 - 0.5) - 0.5 = 1
     decision = _small_case(0.5).select(Context(embedding=X, costs=PRICES))
     assert decision.arms == ["x"]
     assert decision.info["incumbent_forced"] is False
-    assert decision.info["conservative_margin"] == pytest.approx(2.5 - 0.5 * (2.5 + math.sqrt(2)), abs=1e-12)
+    assert decision.info["conservative_margin"] == pytest.approx(1.0, abs=1e-12)
 
 
 def test_margin_when_the_policy_picks_the_incumbent_itself() -> None:
@@ -67,25 +73,32 @@ def test_margin_when_the_policy_picks_the_incumbent_itself() -> None:
     _fold(policy, "x", 0.0)
     _fold(policy, "x", 0.0)  # x: mean 1/3 < 0.75, greedy picks inc
     decision = policy.select(Context(embedding=X, costs=PRICES))
-    # |S| = 3, R_S = 1: U(3) = 3 * 1.25 + sqrt(3) ; margin = 1 + 0.3 - 0.9 U(3)
+    # |S| = 3, R_S = 1, C_S = 3 UCB_0 = 3: margin(a_0) = B = 1 + 0.3 - 0.9 * 3
     assert decision.arms == ["inc"]
     assert decision.info["incumbent_forced"] is False
-    assert decision.info["conservative_margin"] == pytest.approx(1.3 - 0.9 * (3.75 + math.sqrt(3)), abs=1e-12)
+    assert decision.info["conservative_margin"] == pytest.approx(1.3 - 2.7, abs=1e-12)
 
 
-def test_query_rewards_count_for_the_incumbent_mean_but_not_as_rounds() -> None:
+def test_query_and_offline_rewards_are_evidence_but_not_rounds() -> None:
+    """Non-served kinds move the bounds (n_0, m_0, LCB_x) and never R_0, R_S or |S|."""
     policy = _small_case(0.5)
-    _fold(policy, "inc", 0.0, kind="query")  # n_0 = 5, m_0 = 0.6; R_0 and S unchanged
+    _fold(policy, "inc", 0.0, kind="query")  # n_0 = 5, m_0 = 0.6: UCB_0 = min(1, 0.6 + sqrt(2 / 10)) = 1
+    _fold(policy, "x", 1.0, kind="offline")  # n_x = 2, m_x = 1: LCB_x = 1 - sqrt(2 / 4)
+    assert isinstance(policy, Conservative)
+    assert policy.rounds("inc") == (4, 1)
+    assert policy.model_bounds("x") == pytest.approx((1 - math.sqrt(0.5), 1.0), abs=1e-12)
     decision = policy.select(Context(embedding=X, costs=PRICES))
-    bound = 2 * (0.6 + math.sqrt(2 / 10)) + math.sqrt(2)
-    assert decision.info["conservative_margin"] == pytest.approx(2.5 - 0.5 * bound, abs=1e-12)
+    # B = 1 + 1.5 - 0.5 = 2 (unchanged); gain = 1 - sqrt(0.5) - 0.5 < 0; margin = 2 + gain - 0.5
+    expected = 2.0 + (1.0 - math.sqrt(0.5) - 0.5) - 0.5
+    assert decision.info["conservative_margin"] == pytest.approx(expected, abs=1e-12)
 
 
 def test_the_first_decisions_play_the_incumbent() -> None:
     policy = build_policy("thompson", ["inc", "x"], seed=0, hyperparameters={"incumbent": "inc"})
     decision = policy.select(Context(embedding=X, costs=PRICES))
     assert decision.arms == ["inc"]
-    assert decision.info["conservative_margin"] in (0.0, -math.inf)  # U = +inf while n_0 = 0 (or 0 rounds)
+    # nothing known: LCB = 0, UCB_0 = 1, B = 0: margin(x) = 0 - 0.98 < 0
+    assert decision.info["conservative_margin"] <= 0
 
 
 def test_default_incumbent_is_the_highest_priced_candidate() -> None:

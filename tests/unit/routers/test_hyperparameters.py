@@ -203,10 +203,12 @@ def test_every_policy_builds_with_its_defaults_and_round_trips_its_state(name: s
 
 
 def _as_written_now(state: Any) -> Any:
-    """A legacy state in the format the current code writes, with the three changes made on purpose since
-    it was saved: the cost pacer remembers its ``recent`` decision keys (one request per decision), a retry cascade
-    is a ``PolicyWrapper`` (``config`` and ``seed`` at the top), and a kNN policy's config names its
-    vectors' ``precision``, float32 for a state saved without it."""
+    """A legacy state in the format the current code writes, with the changes made on purpose since it
+    was saved: the cost pacer remembers its ``recent`` decision keys (one request per decision), a retry
+    cascade is a ``PolicyWrapper`` (``config`` and ``seed`` at the top), a kNN policy's config names its
+    vectors' ``precision`` (float32 for a state saved without it), and the conservative wrapper's config
+    names its ``incumbent_by`` and ``objective`` (price, reward: what a state saved without them did) and
+    its state holds the per-context ``charged`` sums (none)."""
     if isinstance(state, list):
         return [_as_written_now(item) for item in state]
     if not isinstance(state, dict):
@@ -216,6 +218,12 @@ def _as_written_now(state: Any) -> Any:
         state["config"]["precision"] = "float32"
     if "multiplier" in state and "spent" in state and "recent" not in state:
         state["recent"] = []
+    conservative = state.get("conservative")
+    if isinstance(conservative, dict) and "charged" not in conservative:
+        added = {"incumbent_by": "price", "objective": "reward"}
+        conservative["config"] = {**conservative["config"], **added}
+        conservative["charged"] = [0.0, 0.0]
+        state["config"] = {**state["config"], **added}
     retry = state.get("retry")
     if isinstance(retry, dict) and "config" not in retry:
         settings = {"retry": True, "max_calls": retry["max_calls"]}
@@ -245,7 +253,7 @@ def test_the_published_schema_and_defaults() -> None:
     assert hyperparameter_schema("promptwise-rbf")["properties"]["kernel"]["default"] == "rbf"
     assert hyperparameter_defaults("promptwise-rbf")["kernel"] == "rbf"
     assert hyperparameter_defaults("promptwise")["kernel"] == "linear"
-    assert hyperparameter_defaults("default")["max_loss"] == 0.01  # the default's own value
+    assert hyperparameter_defaults("default") == hyperparameter_defaults("knn-ucb")  # plain: no own value
     assert hyperparameter_defaults("promptwise")["cost_target"] is None  # paced cascades take a target
     dim = hyperparameter_schema("linucb")["properties"]["dim"]["anyOf"][0]
     assert dim == {"type": "integer", "minimum": 1, "maximum": MAX_DIM}
