@@ -45,7 +45,7 @@ def add_subcommand(subparsers: Any) -> None:
         "--prices",
         default=None,
         help="prices JSON (default bench/data/prices.json; arena-bench: bench/data/arena_prices.json; image "
-        "sets: bench/data/image_prices.json)",
+        "sets: bench/data/image_prices.json; bench/data/prices_swapped.json swaps the RouteLLM pair's prices)",
     )
     parser.add_argument("--subjects", default=None, help="mmlu: comma-separated subjects (default all)")
     parser.add_argument(
