@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, status
@@ -21,6 +22,7 @@ from app.schemas import (
     EmbedTextConfig,
     RouterCreate,
     RouterOut,
+    RouterPriors,
     RouterStateImport,
     RouterStateOut,
     RouterUpdate,
@@ -37,6 +39,7 @@ router = APIRouter(
 )
 
 UNPROCESSABLE = status.HTTP_422_UNPROCESSABLE_CONTENT
+PRIORS = "priors"  # the hyperparameter of declared priors, {model: {"mean", "weight"}}
 
 
 def router_out(r: Router, tenant: Tenant) -> RouterOut:
@@ -88,11 +91,25 @@ async def validate(
         raise InvalidParam("body.arms", f"arms {missing} are not backends; create them under /admin/backends")
     if policy not in POLICIES:
         raise InvalidParam("body.policy", f"unknown policy {policy!r}; known: {', '.join(sorted(POLICIES))}")
+    if arm_references:
+        check_prior_models(hp.get(PRIORS), arms, f"body.hyperparameters.{PRIORS}")
     try:
         check_router(policy, arms, hp, embedding_dim, arm_references)
         build_policy(policy, arms, seed, hp)
     except PolicyConfigError as exc:
         raise InvalidParam("body.hyperparameters", str(exc)) from exc
+
+
+def check_prior_models(priors: Any, arms: Sequence[str], param: str) -> None:
+    """422 naming ``param`` when declared priors name a model that is not one of ``arms`` (a prior of
+    a model the router never calls would be evidence about nothing it can play)."""
+    if not isinstance(priors, Mapping):
+        return
+    strangers = [str(m) for m in priors if m not in arms]
+    if strangers:
+        raise InvalidParam(
+            param, f"priors name {strangers}, which are not arms of the router; its arms: {list(arms)}"
+        )
 
 
 async def clear_other_defaults(session: Session, tenant: Tenant, keep: Router) -> None:
@@ -193,6 +210,43 @@ async def update_router(
         row.is_default = body.is_default
         if body.is_default:
             await clear_other_defaults(session, owner, row)
+    row.version += 1
+    await session.commit()
+    await announce(ctx, row)
+    return router_out(row, owner)
+
+
+@router.put("/{name}/priors", response_model=RouterOut)
+async def set_priors(tenant: Text, name: Text, body: RouterPriors, ctx: Ctx, session: Session) -> RouterOut:
+    """Declare the router's prior quality per model (a team's own eval, a public leaderboard): each
+    ``{mean, weight}`` counts as ``weight`` observations of reward ``mean`` of that arm, read as evidence
+    by the incumbent check (the floor), the default's choice and every policy that keeps per-model
+    statistics (docs/policies/trusted-routing.md). Replaces the ``priors`` hyperparameter; ``{}``
+    removes it. Like any change of hyperparameters, the policy relearns from the log since the last
+    reset or import. 422 (naming the field) for a model that is not an arm, a mean outside the router's
+    ``reward_range``, a weight <= 0, or a policy that takes no priors."""
+    owner = await get_tenant(session, tenant)
+    row = await get_router(session, owner, name)
+    arms = list(row.arms)
+    check_prior_models(body.priors, arms, f"body.{PRIORS}")
+    for model, prior in body.priors.items():
+        if not row.reward_lo <= prior.mean <= row.reward_hi:
+            raise InvalidParam(  # the field is named up to "priors": a model name may hold dots
+                f"body.{PRIORS}",
+                f"prior mean {prior.mean} of {model!r} is outside the router's reward_range "
+                f"[{row.reward_lo}, {row.reward_hi}]",
+            )
+    hp = {k: v for k, v in (row.hyperparameters or {}).items() if k != PRIORS}
+    if body.priors:
+        hp[PRIORS] = {model: prior.model_dump() for model, prior in body.priors.items()}
+    try:
+        # the other hyperparameters were accepted before: an arm they name may have left since
+        await validate(session, row.policy, arms, row.seed, hp, ctx.embeddings.dim, arm_references=False)
+    except InvalidParam as exc:
+        raise InvalidParam(
+            f"body.{PRIORS}", f"policy {row.policy!r} refuses these priors: {exc.detail}"
+        ) from exc
+    row.hyperparameters = hp
     row.version += 1
     await session.commit()
     await announce(ctx, row)
