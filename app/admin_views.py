@@ -68,11 +68,34 @@ class SafetyStats(BaseModel):
     cost_saved_share: float | None = Field(description="cost_saved / incumbent_cost")
 
 
+class CostConflict(BaseModel):
+    """A cost target under an incumbent check: the floor wins, and this says when it costs the target."""
+
+    floor_over_target: bool = Field(
+        description="true: the cost target cannot be met under the floor, which holds the spend above it "
+        "(the pacer's spend per request is over the target and the check held decisions on the incumbent)"
+    )
+    cost_target: float = Field(description="USD per request the pacer steers to")
+    spend_per_request: float | None = Field(description="the spend the router runs at, which the floor holds")
+    spend_vs_target: float | None = Field(description="spend_per_request / cost_target")
+    held: int = Field(description="decisions in the window the check held on the incumbent above the target")
+    held_share: float | None = Field(description="held / decisions checked against an incumbent")
+    held_cost: float | None = Field(description="USD of the held decisions' cost events")
+    evidence: str = Field(
+        description="what counts a held decision: floor_over_target (the decision's own record) or, where "
+        "decisions do not record it, incumbent_forced"
+    )
+    message: str | None = Field(description="the conflict in one sentence; null when there is none")
+
+
 class TrustedStats(BaseModel):
     last_event_id: int = Field(description="the newest event folded into the state these figures read")
     events_folded: int = Field(description="events folded into that state")
     pacing: PacingStats | None = Field(description="null: the router plays no cost multiplier")
     safety: SafetyStats | None = Field(description="null: the router has no incumbent check")
+    conflict: CostConflict | None = Field(
+        description="null unless the router has both a cost target and an incumbent check"
+    )
 
 
 class WarmStartModel(BaseModel):

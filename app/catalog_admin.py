@@ -13,6 +13,7 @@ naming the body field), ``NotFound`` (404) and ``Conflict`` (409).
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +41,8 @@ from app.store.models import ApiKey, Backend, Router, RouterCounter, Tenant, utc
 from routers.base import PolicyConfigError, encode_state
 from routers.default import resolve_named
 from routers.registry import POLICIES, build_policy, check_router
+
+PRIORS = "priors"  # the hyperparameter of declared priors, {model: {"mean", "weight"}}
 
 if TYPE_CHECKING:
     from app.context import AppContext
@@ -259,11 +262,60 @@ async def validate_router(
         )
     if policy not in POLICIES:
         raise Invalid(f"unknown policy {policy!r}; known: {', '.join(sorted(POLICIES))}", param="body.policy")
+    if arm_references:
+        check_prior_models(hp.get(PRIORS), arms, f"body.hyperparameters.{PRIORS}")
     try:
         check_router(policy, arms, hp, embedding_dim, arm_references)
         build_policy(policy, arms, seed, hp)
     except PolicyConfigError as exc:
         raise Invalid(str(exc), param="body.hyperparameters") from exc
+
+
+def check_prior_models(priors: Any, arms: Sequence[str], param: str) -> None:
+    """``Invalid`` naming ``param`` when declared priors name a model that is not one of ``arms`` (a
+    prior of a model the router never calls would be evidence about nothing it can play)."""
+    if not isinstance(priors, Mapping):
+        return
+    strangers = [str(m) for m in priors if m not in arms]
+    if strangers:
+        raise Invalid(
+            f"priors name {strangers}, which are not arms of the router; its arms: {list(arms)}", param=param
+        )
+
+
+async def set_priors(
+    session: AsyncSession,
+    row: Router,
+    priors: Mapping[str, Mapping[str, float]],
+    embedding_dim: int,
+    news: Announcements,
+) -> None:
+    """Replace the router's ``priors`` hyperparameter ({model: {mean, weight}}; empty removes it): each
+    model must be an arm, each mean within the router's reward range, and the policy must take priors.
+    The policy relearns from the log, as after any change of hyperparameters."""
+    arms = list(row.arms)
+    check_prior_models(priors, arms, f"body.{PRIORS}")
+    for model, prior in priors.items():
+        if not row.reward_lo <= prior["mean"] <= row.reward_hi:
+            raise Invalid(  # the field is named up to "priors": a model name may hold dots
+                f"prior mean {prior['mean']} of {model!r} is outside the router's reward_range "
+                f"[{row.reward_lo}, {row.reward_hi}]",
+                param=f"body.{PRIORS}",
+            )
+    hp = {k: v for k, v in (row.hyperparameters or {}).items() if k != PRIORS}
+    if priors:
+        hp[PRIORS] = {model: dict(prior) for model, prior in priors.items()}
+    try:
+        # the other hyperparameters were accepted before: an arm they name may have left since
+        await validate_router(session, row.policy, arms, row.seed, hp, embedding_dim, arm_references=False)
+    except Invalid as exc:
+        raise Invalid(
+            f"policy {row.policy!r} refuses these priors: {exc.message}", param=f"body.{PRIORS}"
+        ) from exc
+    row.hyperparameters = hp
+    row.version += 1
+    await session.flush()
+    news.routers[row.id] = row.version
 
 
 async def clear_other_defaults(session: AsyncSession, tenant: Tenant, keep: Router) -> None:

@@ -223,19 +223,36 @@ def cmd_warm_start(args: argparse.Namespace) -> int:
 
     from app.warm_start_client import (
         Gateway,
+        GatewayRefused,
+        PriorSpecError,
         WarmStartError,
         import_direct_calls,
         jsonl_rows,
+        parse_priors,
+        send_priors,
         upload_rows,
     )
 
     if not args.admin_key:
         print("error: pass --admin-key or set BANDITGATE_ADMIN_KEY", file=sys.stderr)
         return 2
+    has_source = args.dataset is not None or args.jsonl is not None or args.from_direct_calls
+    if not has_source and not args.prior:
+        print("error: pass --dataset, --jsonl, --from-direct-calls or --prior", file=sys.stderr)
+        return 2
+    try:
+        priors = parse_priors(args.prior)
+    except PriorSpecError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     headers = {"Authorization": f"Bearer {args.admin_key}"}
     with httpx.Client(base_url=args.gateway, headers=headers, timeout=args.timeout) as client:
         gateway = Gateway(client, args.tenant, args.router, args.retries, args.backoff_s)
         try:
+            if priors:
+                print(send_priors(gateway, priors))
+            if not has_source:
+                return 0
             if args.from_direct_calls:
                 with tqdm(unit="event", desc="direct calls", disable=args.quiet) as bar:
                     summary = import_direct_calls(gateway, args.batch_size, bar.update)
@@ -253,6 +270,9 @@ def cmd_warm_start(args: argparse.Namespace) -> int:
                 with tqdm(total=total, unit="row", desc="rows", disable=args.quiet) as bar:
                     rows = dataset_rows(dataset, args.id_prefix)
                     summary = upload_rows(gateway, rows, args.batch_size, bar.update, args.batch_bytes)
+        except (PriorSpecError, GatewayRefused) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         except WarmStartError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
@@ -353,9 +373,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     warm = sub.add_parser(
         "warm-start",
-        help="teach a router from logs: a replay dataset, a JSONL file or the tenant's direct calls",
+        help="teach a router from logs (a replay dataset, a JSONL file or the tenant's direct calls) and "
+        "declared priors",
         description="Upload logged outcomes as offline events of a router through the gateway's admin "
-        "endpoint, in batches, with a progress bar. Idempotent by row id: rerun the same command to resume.",
+        "endpoint, in batches, with a progress bar. Idempotent by row id: rerun the same command to resume. "
+        "--prior sets the router's declared priors first (replacing those set before).",
     )
     warm.add_argument("--gateway", required=True, help="the gateway's base URL")
     warm.add_argument(
@@ -365,7 +387,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     warm.add_argument("--tenant", required=True, help="the tenant that owns the router")
     warm.add_argument("--router", required=True, help="the router to teach")
-    source = warm.add_mutually_exclusive_group(required=True)
+    source = warm.add_mutually_exclusive_group()
     source.add_argument("--dataset", type=Path, help="a replay dataset directory (every model's outcome)")
     source.add_argument(
         "--jsonl", type=Path, help="a JSONL file of {id?, prompt | embedding, model, reward, cost?}"
@@ -374,6 +396,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--from-direct-calls",
         action="store_true",
         help="the tenant's direct calls (model: '<backend>' on /v1) that received a reward",
+    )
+    warm.add_argument(
+        "--prior",
+        action="append",
+        default=[],
+        metavar="MODEL=MEAN:WEIGHT",
+        help="a declared prior quality of an arm: WEIGHT observations of reward MEAN (a team's eval, a public "
+        "leaderboard); repeatable; replaces the router's priors; may be given without a log source",
     )
     warm.add_argument("--batch-size", type=int, default=500, help="rows per request (default 500)")
     warm.add_argument(

@@ -237,6 +237,23 @@ class RouterStateOut(BaseModel):
     state: dict[str, Any] = Field(description="the policy's state_dict, arrays base64-encoded")
 
 
+class Prior(Strict):
+    """A declared prior quality of one model: ``weight`` pseudo-observations of reward ``mean``."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    mean: float = Field(
+        allow_inf_nan=False, description="prior mean reward, inside the router's reward_range"
+    )
+    weight: float = Field(gt=0, allow_inf_nan=False, description="as many observations as this (> 0)")
+
+
+class RouterPriors(Strict):
+    priors: dict[BackendName, Prior] = Field(
+        max_length=256,
+        description="{model: {mean, weight}} for arms of the router; replaces the priors set before ({}: none)",
+    )
+
+
 class RouterStateImport(Strict):
     state: StateUpload = Field(description="an export's state (limit: BANDITGATE_STATE_IMPORT_MAX_BYTES)")
 

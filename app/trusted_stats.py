@@ -5,6 +5,11 @@ state this process folded (``PolicyStates``, the same events in id order on ever
 response names the newest event folded, so two replicas can be compared at equal watermarks), and the
 shares and costs from the decisions and feedback tables (``app/store/stats.incumbent_stats``), never from
 what one process served.
+
+A router with both a cost target and an incumbent check has a ``conflict`` block: the floor wins over
+the target, so when the pacer's spend per request is above the target while the check holds decisions
+on the incumbent (``app/store/stats.floor_hold``), the target cannot be met and the block says so, with
+the spend the floor holds.
 """
 
 from __future__ import annotations
@@ -15,10 +20,10 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.admin_views import PacingStats, SafetyStats, TrustedStats
+from app.admin_views import CostConflict, PacingStats, SafetyStats, TrustedStats
 from app.context import AppContext
 from app.store.models import DecisionRow, Router
-from app.store.stats import IncumbentStats, incumbent_stats
+from app.store.stats import FloorHold, IncumbentStats, floor_hold, incumbent_stats
 from app.timewindow import Window
 from routers.conservative import CONSERVATIVE_KEYS
 from routers.cost_aware import COST_KEYS
@@ -118,6 +123,32 @@ def pacing_stats(report: PacingReport) -> PacingStats:
     )
 
 
+def cost_conflict(pacing: PacingStats, checked: int, hold: FloorHold) -> CostConflict | None:
+    """The ``conflict`` block (module doc) of a router with a target and a check; None without a target."""
+    target, spend = pacing.cost_target, pacing.spend_per_request
+    if target is None:
+        return None
+    over = spend is not None and spend > target and hold.held > 0
+    message = None
+    if over and spend is not None:
+        message = (
+            f"the cost target {target:.6g} USD per request cannot be met under the floor: it holds the spend "
+            f"at {spend:.6g} USD per request ({spend / target:.0%} of the target; decisions held on the "
+            f"incumbent: {hold.held}); the floor wins"
+        )
+    return CostConflict(
+        floor_over_target=over,
+        cost_target=target,
+        spend_per_request=spend,
+        spend_vs_target=pacing.spend_vs_target,
+        held=hold.held,
+        held_share=share(hold.held, checked),
+        held_cost=hold.cost,
+        evidence=hold.evidence,
+        message=message,
+    )
+
+
 async def trusted_stats(
     ctx: AppContext, session: AsyncSession, row: Router, window: Window
 ) -> TrustedStats | None:
@@ -131,9 +162,15 @@ async def trusted_stats(
     safety = safety_report(runtime.policy, fallback)
     if pacing is None and safety is None:
         return None
+    paced = None if pacing is None else pacing_stats(pacing)
+    checked = None if safety is None else await safety_stats(ctx, session, row, window, safety)
+    conflict = None
+    if paced is not None and checked is not None:
+        conflict = cost_conflict(paced, checked.checked, await floor_hold(session, row.id, window))
     return TrustedStats(
         last_event_id=runtime.last_event_id,
         events_folded=runtime.events_folded,
-        pacing=None if pacing is None else pacing_stats(pacing),
-        safety=None if safety is None else await safety_stats(ctx, session, row, window, safety),
+        pacing=paced,
+        safety=checked,
+        conflict=conflict,
     )

@@ -12,12 +12,18 @@ that stopped (a lost connection, a killed process) is resumed by running the sam
 rows already uploaded come back as duplicates and are not learned twice. A JSONL line without an ``id``
 gets the digest of its content, so the same file always yields the same ids. Rows about a model that is
 not an arm of the router are skipped here and counted (the gateway would refuse their batch).
+
+Declared priors (``--prior MODEL=MEAN:WEIGHT``, repeatable) are sent first, in one ``PUT .../priors``
+that replaces the router's priors: each counts as WEIGHT observations of reward MEAN of that model. A
+model that is not an arm, or a spec that does not parse, stops the run before anything is sent; a
+refusal by the gateway (any 4xx but 413) is a ``GatewayRefused``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -34,6 +40,7 @@ ROW_FIELDS = ("prompt", "embedding", "model", "reward", "cost")  # what a JSONL 
 RETRIES = 4  # per request, on connection errors and 5xx answers (then the run stops; rerun it to resume)
 BACKOFF_S = 0.5  # the first retry's wait; each next one waits twice as long
 BATCH_BYTES = 32 * 1024 * 1024  # half the gateway's default max_offline_body_bytes
+JSON_HEADERS = {"Content-Type": "application/json"}
 
 
 class WarmStartError(RuntimeError):
@@ -42,6 +49,53 @@ class WarmStartError(RuntimeError):
 
 class BatchTooLarge(WarmStartError):
     """The gateway answered 413: the batch has more rows or bytes than it takes."""
+
+
+class GatewayRefused(WarmStartError):
+    """The gateway refused the request as the user's error (a 4xx other than 413): a bad key, an unknown
+    tenant or router, a row or a prior it does not take."""
+
+
+class PriorSpecError(ValueError):
+    """A ``--prior`` that is not ``MODEL=MEAN:WEIGHT`` with a finite MEAN and a WEIGHT > 0."""
+
+
+def parse_prior(spec: str) -> tuple[str, dict[str, float]]:
+    """``MODEL=MEAN:WEIGHT`` -> (MODEL, {"mean": MEAN, "weight": WEIGHT}). MODEL is everything before the
+    last ``=`` (a model name may hold ``:``)."""
+    model, eq, value = spec.rpartition("=")
+    mean_text, colon, weight_text = value.partition(":")
+    if not eq or not model or not colon:
+        raise PriorSpecError(f"--prior {spec!r}: expected MODEL=MEAN:WEIGHT, for example gpt-4o=0.8:20")
+    try:
+        mean, weight = float(mean_text), float(weight_text)
+    except ValueError:
+        raise PriorSpecError(f"--prior {spec!r}: MEAN and WEIGHT must be numbers") from None
+    if not math.isfinite(mean) or not (math.isfinite(weight) and weight > 0):
+        raise PriorSpecError(f"--prior {spec!r}: MEAN must be finite and WEIGHT a finite number > 0")
+    return model, {"mean": mean, "weight": weight}
+
+
+def parse_priors(specs: Iterable[str]) -> dict[str, dict[str, float]]:
+    """Every ``--prior`` as ``{model: {mean, weight}}``; a model given twice is an error."""
+    priors: dict[str, dict[str, float]] = {}
+    for spec in specs:
+        model, prior = parse_prior(spec)
+        if model in priors:
+            raise PriorSpecError(f"--prior: {model!r} is given twice")
+        priors[model] = prior
+    return priors
+
+
+def refusal(response: httpx.Response) -> str:
+    """A refusal's message: the ``detail`` of the gateway's error body, else its text."""
+    try:
+        detail = response.json().get("detail")
+    except (ValueError, AttributeError):
+        return response.text
+    if isinstance(detail, list):
+        return "; ".join(str(e.get("msg", e)) if isinstance(e, dict) else str(e) for e in detail)
+    return str(detail) if detail is not None else response.text
 
 
 @dataclass
@@ -97,6 +151,13 @@ class Gateway:
         response = self._send("GET", self.base)
         return [str(a) for a in response.json()["arms"]]
 
+    def set_priors(self, priors: dict[str, dict[str, float]]) -> dict[str, Any]:
+        """Replace the router's declared priors (``PUT .../priors``); the router as the gateway stores it."""
+        answer: dict[str, Any] = self._send(
+            "PUT", f"{self.base}/priors", json.dumps({"priors": priors}).encode(), JSON_HEADERS
+        ).json()
+        return answer
+
     def upload(self, lines: list[bytes]) -> dict[str, Any]:
         """Send NDJSON ``lines`` (each ends with a newline) as one upload; ``BatchTooLarge`` on a 413."""
         headers = {"Content-Type": "application/x-ndjson"}
@@ -131,7 +192,7 @@ class Gateway:
                     if response.status_code == 413:
                         raise BatchTooLarge(f"{method} {url}: 413 {response.text}")
                     if response.status_code >= 400:
-                        raise WarmStartError(f"{method} {url}: {response.status_code} {response.text}")
+                        raise GatewayRefused(f"{method} {url}: {response.status_code} {refusal(response)}")
                     return response
                 if attempt == self.retries:
                     raise WarmStartError(
@@ -139,6 +200,17 @@ class Gateway:
                     )
             time.sleep(self.backoff_s * 2**attempt)
         raise AssertionError("unreachable")
+
+
+def send_priors(gateway: Gateway, priors: dict[str, dict[str, float]]) -> str:
+    """Set the router's priors after checking that each names an arm; the line that says what was set."""
+    arms = gateway.arms()
+    strangers = [m for m in priors if m not in arms]
+    if strangers:
+        raise PriorSpecError(f"--prior names {strangers}, not arms of the router; its arms: {arms}")
+    gateway.set_priors(priors)
+    listed = ", ".join(f"{m} {p['mean']:g} x {p['weight']:g}" for m, p in priors.items())
+    return f"priors set (mean x weight): {listed}"
 
 
 def ndjson_line(row: Row) -> bytes:

@@ -35,8 +35,9 @@ from routers.prices import CHARS_PER_TOKEN
 ROUTELLM_MODELS = ("mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview")
 
 
-def load_prices(path: Path | None = None) -> dict[str, dict[str, float]]:
-    text = path.read_text() if path else resources.files("bench").joinpath("data/prices.json").read_text()
+def load_prices(path: Path | None = None, default: str = "data/prices.json") -> dict[str, dict[str, float]]:
+    """The ``models`` of a prices file: ``path``, else the packaged ``bench/<default>``."""
+    text = path.read_text() if path else resources.files("bench").joinpath(default).read_text()
     models: dict[str, dict[str, float]] = json.loads(text)["models"]
     return models
 

@@ -16,6 +16,7 @@ from app.jsonable import jsonable
 from app.schemas import (
     RouterCreate,
     RouterOut,
+    RouterPriors,
     RouterStateImport,
     RouterStateOut,
     RouterUpdate,
@@ -29,6 +30,7 @@ router = APIRouter(
 )
 
 UNPROCESSABLE = status.HTTP_422_UNPROCESSABLE_CONTENT
+PRIORS = "priors"  # the hyperparameter of declared priors, {model: {"mean", "weight"}}
 
 
 def router_out(r: Router, tenant: Tenant) -> RouterOut:
@@ -76,6 +78,25 @@ async def update_router(
     row = await get_router(session, owner, name)
     news = Announcements()
     await catalog_admin.update_router(session, owner, row, body, ctx.embeddings.dim, news)
+    await session.commit()
+    await deliver(ctx, news)
+    return router_out(row, owner)
+
+
+@router.put("/{name}/priors", response_model=RouterOut)
+async def set_priors(tenant: Text, name: Text, body: RouterPriors, ctx: Ctx, session: Session) -> RouterOut:
+    """Declare the router's prior quality per model (a team's own eval, a public leaderboard): each
+    ``{mean, weight}`` counts as ``weight`` observations of reward ``mean`` of that arm, read as evidence
+    by the incumbent check (the floor), the default's choice and every policy that keeps per-model
+    statistics (docs/policies/trusted-routing.md). Replaces the ``priors`` hyperparameter; ``{}``
+    removes it. Like any change of hyperparameters, the policy relearns from the log since the last
+    reset or import. 422 (naming the field) for a model that is not an arm, a mean outside the router's
+    ``reward_range``, a weight <= 0, or a policy that takes no priors."""
+    owner = await get_tenant(session, tenant)
+    row = await get_router(session, owner, name)
+    news = Announcements()
+    priors = {model: prior.model_dump() for model, prior in body.priors.items()}
+    await catalog_admin.set_priors(session, row, priors, ctx.embeddings.dim, news)
     await session.commit()
     await deliver(ctx, news)
     return router_out(row, owner)

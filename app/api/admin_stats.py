@@ -84,7 +84,9 @@ async def router_stats(
     """Per time bucket: decisions, feedback, mean reward, cost, each model's share of traffic and mean
     reward, query rounds against the query budget, and regret estimated on query rounds. ``trusted``:
     lambda_t and the spend against the cost target, the incumbent check's margin, the shares of
-    decisions forced onto, chosen on and off the incumbent, and the cost saved against it. ``warm_start``:
+    decisions forced onto, chosen on and off the incumbent, the cost saved against it, and ``conflict``:
+    whether a cost target cannot be met under the floor, with the spend the floor holds (the floor wins
+    over the cost target: the incumbent check guards the cost-aware choice). ``warm_start``:
     per model, the offline (logged) observations stored, folded into the served state, and their mean
     reward."""
     owner = await get_tenant(session, tenant)

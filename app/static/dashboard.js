@@ -2,7 +2,8 @@
 // The admin key lives in sessionStorage and is sent as a Bearer token. What each chart plots is kept on
 // window.__charts ({x: [epoch seconds], series: {label: [values]}}) and the stats query behind it on
 // window.__statsQuery, so a test (or a curious person) can compare them with the API; the cost-target and
-// incumbent panel's figures are on window.__trusted (stats.trusted), the warm-start panel's on
+// incumbent panel's figures are on window.__trusted (stats.trusted; its conflict block, when the floor
+// holds the spend over the cost target, is also said in words), the warm-start panel's on
 // window.__warmStart (stats.warm_start).
 "use strict";
 
@@ -166,6 +167,8 @@ const TRUSTED_ROWS = [
   ["off the incumbent", "safety.off_share", percent],
   ["cost saved vs always-incumbent (USD)", "safety.cost_saved", (v) => fmt(v, 4)],
   ["cost saved (share)", "safety.cost_saved_share", percent],
+  ["floor holds the spend over the target", "conflict.floor_over_target", (v) => (v ? "yes: the floor wins" : "no")],
+  ["held on the incumbent over the target", "conflict.held_share", percent],
 ];
 
 function drawTrusted(trusted) {
@@ -178,6 +181,10 @@ function drawTrusted(trusted) {
     return `<tr data-field="${esc(path)}" data-value="${esc(JSON.stringify(value))}"><td>${esc(label)}</td><td>${esc(format(value))}</td></tr>`;
   });
   $("trusted-figures").querySelector("tbody").innerHTML = rows.join("");
+  // a cost target the floor does not let the router meet: said in words above the figures
+  const conflict = trusted.conflict && trusted.conflict.floor_over_target ? trusted.conflict.message : null;
+  $("trusted-conflict").hidden = !conflict;
+  $("trusted-conflict").textContent = conflict || "";
   const checked = trusted.safety ? ` · ${trusted.safety.checked} decisions checked in this range` : "";
   $("trusted-note").textContent = `folded up to event ${trusted.last_event_id} (${trusted.events_folded} events)${checked}`;
 }

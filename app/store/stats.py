@@ -17,6 +17,10 @@ the same requests. Buckets are aligned to the Unix epoch: bucket = floor(epoch s
   ``incumbent`` they were checked against; ``info.incumbent_forced`` marks the ones the check moved onto
   it, and ``models[0]`` tells on from off. Costs: per incumbent, the cost events of the decisions that
   reported a cost, and the incumbent's own cost events on them (played or probed).
+- floor over a cost target (``floor_hold``): the decisions on which the incumbent check held the spend
+  up while the router's pacer was above its cost target: ``info.floor_over_target`` where the decisions
+  record it (true or false), else those that ``info.incumbent_forced`` moved onto the incumbent; with
+  the cost events of those decisions.
 """
 
 from __future__ import annotations
@@ -259,4 +263,33 @@ async def incumbent_stats(session: AsyncSession, router_id: int, window: Window)
         out.costs[str(name)] = IncumbentCosts(
             int(decisions), float(cost or 0.0), float(own_cost or 0.0), int(missing or 0), int(chars or 0)
         )
+    return out
+
+
+@dataclass
+class FloorHold:
+    """The decisions in a window on which the incumbent check held the spend up (``floor_hold``)."""
+
+    recorded: int = 0  # decisions that record info.floor_over_target (true or false)
+    held: int = 0  # flagged true where recorded, else forced onto the incumbent
+    cost: float | None = None  # their cost events, USD (None: none reported a cost)
+
+    @property
+    def evidence(self) -> str:
+        """Which record ``held`` counts: ``floor_over_target`` or ``incumbent_forced``."""
+        return "floor_over_target" if self.recorded else "incumbent_forced"
+
+
+async def floor_hold(session: AsyncSession, router_id: int, window: Window) -> FloorHold:
+    """Counts and cost of the held decisions of the module docstring, inside ``window``."""
+    D, F = DecisionRow, FeedbackEvent
+    flag = D.info["floor_over_target"].as_boolean()
+    in_window = (D.router_id == router_id, D.created_at >= window.since, D.created_at < window.until)
+    recorded = await session.scalar(select(func.count(flag)).where(*in_window))
+    out = FloorHold(recorded=int(recorded or 0))
+    held_rule = flag if out.recorded else D.info["incumbent_forced"].as_boolean()
+    held = select(D.id).where(*in_window, held_rule).subquery("h")
+    out.held = int(await session.scalar(select(func.count()).select_from(held)) or 0)
+    cost = await session.scalar(select(func.sum(F.cost)).where(F.decision_id.in_(select(held.c.id))))
+    out.cost = None if cost is None else float(cost)
     return out

@@ -318,11 +318,18 @@ def test_dashboard_in_chromium(chromium: str, gateway: tuple[str, str], tmp_path
             assert page.evaluate("window.__trusted") == trusted
             assert trusted["pacing"]["requests"] == 24 and trusted["safety"]["checked"] == 24
             rows = page.locator("#trusted-figures tbody tr")
-            assert rows.count() == 15
+            assert rows.count() == 17  # pacing 6, safety 9, conflict 2
             for i in range(rows.count()):
                 group, field = str(rows.nth(i).get_attribute("data-field")).split(".")
                 assert json.loads(str(rows.nth(i).get_attribute("data-value"))) == trusted[group][field]
             assert "large-model" in page.inner_text("#trusted-figures")
+            # the floor against the cost target: in words when it holds the spend over it, else not shown
+            conflict = trusted["conflict"]
+            assert conflict is not None and conflict["cost_target"] == 0.002
+            if conflict["floor_over_target"]:
+                assert page.inner_text("#trusted-conflict") == conflict["message"]
+            else:
+                assert page.is_hidden("#trusted-conflict") and conflict["message"] is None
             note = page.inner_text("#trusted-note")
             assert f"event {trusted['last_event_id']}" in note and "24 decisions checked" in note
             # ...and the warm-start panel the logged rows, per model

@@ -189,6 +189,16 @@ def test_make_test_fixture(tmp_path: Path) -> None:
         assert (tmp_path / "cut" / name).is_file(), name
 
 
+def test_make_arena_fixture(tmp_path: Path) -> None:
+    """The committed cut is a fixed point: cut again from itself, every file is byte for byte the same."""
+    run(tmp_path, "make_arena_fixture", "--data", TEST_DATA, "--out", tmp_path / "cut")
+    committed = TEST_DATA / "arena-bench"
+    written = sorted(p.relative_to(tmp_path / "cut") for p in (tmp_path / "cut").rglob("*") if p.is_file())
+    assert len(written) == 18  # question.jsonl, LICENSE and sixteen models' judgments
+    for name in written:
+        assert (tmp_path / "cut" / name).read_bytes() == (committed / name).read_bytes(), name
+
+
 def test_nine_model_sets(tmp_path: Path) -> None:
     assert run(tmp_path, "nine_model_sets", "--rounds", 20, "--seeds", 1).strip()
 
