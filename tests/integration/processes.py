@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
@@ -48,16 +49,8 @@ class Gateway:
         cmd = [sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app"]
         cmd += ["--port", str(self.port), "--log-level", "warning"]
         self.proc = subprocess.Popen(cmd, env=self.env)
-        deadline = time.monotonic() + ready_within_s
-        while True:
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            assert self.proc.poll() is None, "gateway process exited during start-up"
-            assert time.monotonic() < deadline, f"gateway did not become ready in {ready_within_s} s"
-            time.sleep(0.1)
+        wait_until_ready(self.url, self.proc, ready_within_s)
+        return self
 
     def kill(self) -> None:
         """SIGKILL: no shutdown handlers run."""
@@ -69,6 +62,20 @@ class Gateway:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             self.proc.wait(timeout=20)
+
+
+def wait_until_ready(url: str, proc: subprocess.Popen[Any], within_s: float) -> None:
+    """Poll ``url``/readyz until it answers 200; fails if ``proc`` exits or ``within_s`` pass first."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        assert proc.poll() is None, "gateway process exited during start-up"
+        assert time.monotonic() < deadline, f"gateway did not become ready in {within_s} s"
+        time.sleep(0.1)
 
 
 @contextmanager
