@@ -319,7 +319,8 @@ function bucketFor(span) {
 let liveTimer = null;
 function setLive() {
   clearInterval(liveTimer);
-  liveTimer = $("live").checked ? setInterval(() => window.__dashboard.state !== "loading" && refresh(), LIVE_MS) : null;
+  const due = () => !$("board").hidden && window.__dashboard.state !== "loading";
+  liveTimer = $("live").checked ? setInterval(() => due() && refresh(), LIVE_MS) : null;
 }
 
 async function refresh(event) {

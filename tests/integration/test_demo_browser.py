@@ -182,6 +182,7 @@ def test_the_dashboard_shows_what_the_demo_learned(
             page.fill("#admin-key", demo.printed("admin key"))
             page.click("#signin-form button")
             page.wait_for_selector("#board:not([hidden])")
+            assert page.is_checked("#live")  # ?live=1
             page.uncheck("#live")  # the figures below are compared with one stats answer
             wait_ready(page)
             query = page.evaluate("window.__statsQuery")
@@ -238,6 +239,10 @@ def test_the_dashboard_shows_what_the_demo_learned(
             page.screenshot(path=str(tmp_path / "demo-dashboard.png"), full_page=True)
             if os.environ.get("BANDITGATE_DEMO_SCREENSHOT"):
                 page.screenshot(path=os.environ["BANDITGATE_DEMO_SCREENSHOT"], full_page=True)
+            # live: the page asks the API again by itself every 5 seconds
+            before = page.evaluate("window.__dashboard.generation")
+            page.check("#live")
+            page.wait_for_function(f"() => window.__dashboard.generation > {before}", timeout=15_000)
             assert errors == []
         finally:
             browser.close()
