@@ -12,7 +12,9 @@ from app.timewindow import UtcTime
 class ModelBucket(BaseModel):
     decisions: int = Field(description="decisions whose first model is this one")
     share: float | None = Field(description="decisions / all decisions of the bucket; null when none")
-    feedback: int = Field(description="feedback events about this model (any kind)")
+    feedback: int = Field(
+        description="feedback events about this model (bandit, query, cascade-step; not the cost records)"
+    )
     reward_mean: float | None = Field(description="mean bandit/cascade-step reward; null when none")
 
 
@@ -23,7 +25,7 @@ class StatsBucket(BaseModel):
     declined: int = Field(description="decisions that called no model")
     queries: int = Field(description="decisions that asked for other models' rewards (query non-empty)")
     queries_cumulative: int = Field(description="query rounds of this router up to the end of this bucket")
-    feedback: int
+    feedback: int = Field(description="feedback events (bandit, query, cascade-step; not the cost records)")
     reward_mean: float | None = Field(description="mean bandit/cascade-step reward")
     cost_total: float
     cost_mean: float | None = Field(description="mean cost of the feedback events that reported one")
@@ -134,7 +136,11 @@ class RouterStats(BaseModel):
     queries_before: int = Field(description="query rounds before `since`")
     queries_total: int = Field(description="query rounds up to `until`")
     decisions: int
-    feedback: int
+    feedback: int = Field(description="feedback events (bandit, query, cascade-step; not the cost records)")
+    feedback_by_kind: dict[str, int] = Field(
+        description="events per kind: the feedback's, and `cost`, the gateway's records of what each call "
+        "it forwarded or probed cost"
+    )
     reward_mean: float | None
     cost_total: float
     regret_mean: float | None
@@ -177,6 +183,10 @@ class DecisionItem(BaseModel):
     query: list[str]
     scores: dict[str, Any] = Field(description="the per-model scores that explain the choice")
     info: dict[str, Any]
+    reward: float | None = Field(
+        description="mean bandit/cascade-step reward reported about the first model; null: none yet"
+    )
+    cost: float | None = Field(description="USD of every cost reported about the decision; null: none yet")
     prompt_chars: int
     metadata: dict[str, Any]
     created_at: UtcTime

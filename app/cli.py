@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import os
 import secrets
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -110,12 +111,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return _serve(args.host, args.port, args.workers, not args.no_access_log)
 
 
+def cli_command() -> str:
+    """How to run this command from any shell: the ``banditgate`` script beside this Python (a venv's
+    bin/, on no PATH until the venv is activated), else this Python with ``-m app.cli``."""
+    python = Path(sys.executable).absolute()
+    script = python.parent / "banditgate"
+    return shlex.quote(str(script)) if script.exists() else f"{shlex.quote(str(python))} -m app.cli"
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     """Migrate, create the demo tenant/router, print the key and a walk-through, then serve."""
+    from app.auth import KEY_PREFIX
     from app.demo import set_up_demo
     from app.store.migrate import upgrade
 
-    state_dir = Path(".banditgate")
+    state_dir = Path(".banditgate").absolute()
     state_dir.mkdir(exist_ok=True)
     key_file = state_dir / "admin_key"
     for variable, name, prefix in (
@@ -125,17 +135,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
     ):
         if variable not in os.environ:
             os.environ[variable] = _state_secret(state_dir, name, prefix)
-    dataset = state_dir / "demo-dataset"
-    if not (dataset / "rows.jsonl").exists():
-        from app.demo_dataset import write_demo_dataset
+    from app.demo_dataset import write_demo_dataset
 
-        write_demo_dataset(dataset)
+    dataset = write_demo_dataset(state_dir / "demo-dataset")  # written anew: the same rows every run
     os.environ.setdefault("BANDITGATE_REPLAY_DATASET", str(dataset))
     settings = Settings()
     upgrade(settings.database_url)
     base = f"http://{args.host}:{args.port}"
-    demo = asyncio.run(set_up_demo(settings, backend_base_url=f"{base}/replay"))
+    key = _state_secret(state_dir, "demo_key", KEY_PREFIX)
+    demo = asyncio.run(set_up_demo(settings, f"{base}/replay", key, reset=not args.keep))
     admin = os.environ["BANDITGATE_ADMIN_KEY"]
+    started = "what it learned kept" if args.keep else "started afresh"
     env_file = state_dir / "demo.env"
     env_file.write_text(f"export GW={base}\nexport KEY={demo.api_key}\nexport ADMIN={admin}\n")
     env_file.chmod(0o600)
@@ -143,17 +153,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
         f"""
 banditgate demo
   database     {settings.database_url}
-  tenant       {demo.tenant} (default router {demo.router!r} over {", ".join(demo.arms)})
-  API key      {demo.api_key}
+  tenant       {demo.tenant} (default router {demo.router!r} over {", ".join(demo.arms)}, {started})
+  API key      {demo.api_key}   (saved in {state_dir / "demo_key"})
   admin key    {admin}   (saved in {key_file})
-  shell vars   source {env_file}   (sets GW, KEY and ADMIN for the README walk-through)
+  shell vars   source {shlex.quote(str(env_file))}   (sets GW, KEY and ADMIN for the README walk-through)
 
 Try it:
   curl -s {base}/route -H 'Authorization: Bearer {demo.api_key}' \\
        -H 'Content-Type: application/json' -d '{{"prompt": "Prove that sqrt(2) is irrational."}}'
 
 Watch it learn (replays {dataset}: maths is best on demo-large, everyday writing on demo-small):
-  banditgate replay-evaluator --gateway {base} --api-key {demo.api_key} --dataset {dataset}
+  {cli_command()} replay-evaluator --gateway {base} --api-key {demo.api_key} --dataset {shlex.quote(str(dataset))}
+and on the dashboard (sign in with the admin key):
+  {base}/dashboard/?range=router&live=1
 """,
         flush=True,
     )
@@ -201,15 +213,19 @@ def cmd_replay_evaluator(args: argparse.Namespace) -> int:
 
     async def run() -> int:
         async with httpx.AsyncClient(base_url=args.gateway, timeout=args.timeout) as client:
-            summary = await run_evaluator(
-                client,
-                args.api_key,
-                dataset,
-                router=args.router,
-                limit=args.limit,
-                block=args.block,
-                seed=args.seed,
-            )
+            try:
+                summary = await run_evaluator(
+                    client,
+                    args.api_key,
+                    dataset,
+                    router=args.router,
+                    limit=args.limit,
+                    block=args.block,
+                    seed=args.seed,
+                )
+            except httpx.TransportError as exc:
+                print(f"error: the gateway at {args.gateway} could not be reached: {exc}", file=sys.stderr)
+                return 1
         print(f"{summary.rows} rows, mean reward {summary.mean_reward:.3f}, errors {summary.errors}")
         return 0
 
@@ -346,9 +362,19 @@ def build_parser() -> argparse.ArgumentParser:
     migrate.add_argument("--revision", default="head", help="target revision (default: the latest)")
     migrate.set_defaults(func=cmd_migrate)
 
-    demo = sub.add_parser("demo", help="migrate, create a demo tenant and router, and serve")
+    demo = sub.add_parser(
+        "demo",
+        help="migrate, create a demo tenant and router, and serve",
+        description="Migrate, create the demo's backends, tenant and router (the tenant afresh on every run, "
+        "its key kept in .banditgate/), print the keys and commands to try, then serve.",
+    )
     demo.add_argument("--host", default="127.0.0.1")
     demo.add_argument("--port", type=int, default=8000)
+    demo.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep what the demo tenant holds from an earlier run (its routers, decisions and feedback)",
+    )
     demo.set_defaults(func=cmd_demo)
 
     replay = sub.add_parser("replay-backends", help="serve a replay dataset's models as OpenAI backends")
@@ -449,7 +475,11 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "worker":
         return cmd_worker(argv[1:])
     args = build_parser().parse_args(argv)
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except (ValueError, OSError) as exc:  # a missing path, a malformed file, a bad value: no traceback
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

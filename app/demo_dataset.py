@@ -1,10 +1,15 @@
 """The demo's synthetic replay dataset: two topics where different demo models are best.
 
-Maths prompts are answered correctly by ``demo-large`` with probability 0.9 and by ``demo-small`` with 0.3;
-everyday writing prompts by ``demo-small`` with 0.9 and by ``demo-large`` with 0.6 (long-winded answers
-that users rate down). Each row logs five Bernoulli reward samples per model, so replayed feedback is
-noisy. The router starts knowing nothing and should learn to send maths to the large model and the rest
-to the small, cheaper one. Generated from templates with a fixed seed, never downloaded.
+Three rows in five are everyday writing, two are maths. Maths prompts are answered correctly by
+``demo-large`` with probability 0.9 and by ``demo-small`` with 0.3; everyday writing prompts by
+``demo-small`` with 0.95 and by ``demo-large`` with 0.6 (long-winded answers that users rate down). Each
+row logs five Bernoulli reward samples per model, so replayed feedback is noisy, and answers of
+``TOKENS_OUT`` tokens, which the replay backends bill. ``demo-large`` is the
+better single model (0.72 against 0.69 on average) and costs about 30 times more per token: the
+incumbent a team would call for everything. The router starts knowing nothing and should learn to keep
+maths on the large model and move the writing, most of the traffic, to the small one, saving its cost
+without falling below the incumbent's quality. Generated from templates with a fixed seed, never
+downloaded.
 """
 
 from __future__ import annotations
@@ -16,9 +21,22 @@ import numpy as np
 from replay_dataset.files import write_dataset
 
 SAMPLES = 5
+TOKENS_OUT = 200  # every logged answer's length: what each call is billed, and each model's estimate
 MODELS = [
-    {"name": "demo-small", "usd_per_mtok_in": 0.6, "usd_per_mtok_out": 0.6, "usd_per_call": 0.0},
-    {"name": "demo-large", "usd_per_mtok_in": 10.0, "usd_per_mtok_out": 30.0, "usd_per_call": 0.0},
+    {
+        "name": "demo-small",
+        "usd_per_mtok_in": 0.6,
+        "usd_per_mtok_out": 0.6,
+        "usd_per_call": 0.0,
+        "default_tokens_out": TOKENS_OUT,
+    },
+    {
+        "name": "demo-large",
+        "usd_per_mtok_in": 10.0,
+        "usd_per_mtok_out": 30.0,
+        "usd_per_call": 0.0,
+        "default_tokens_out": TOKENS_OUT,
+    },
 ]
 TOPICS: dict[str, tuple[dict[str, float], list[str]]] = {
     "maths": (
@@ -33,7 +51,7 @@ TOPICS: dict[str, tuple[dict[str, float], list[str]]] = {
         ],
     ),
     "writing": (
-        {"demo-small": 0.9, "demo-large": 0.6},
+        {"demo-small": 0.95, "demo-large": 0.6},
         [
             "Write a friendly greeting card message for a {occasion}.",
             "Suggest three fun names for a new {pet}.",
@@ -44,6 +62,8 @@ TOPICS: dict[str, tuple[dict[str, float], list[str]]] = {
         ],
     ),
 }
+# the topic of row i is MIX[i % len(MIX)]: three rows in five are everyday writing
+MIX = ("writing", "maths", "writing", "maths", "writing")
 FILLERS = {
     "p": ["2", "3", "5", "7", "11", "13"],
     "k": ["2", "3", "4", "5"],
@@ -59,12 +79,12 @@ FILLERS = {
 
 
 def demo_rows(n: int, seed: int = 0) -> list[dict[str, object]]:
-    """``n`` rows, the topics alternating; a prompt may repeat (its rows then differ only in samples)."""
+    """``n`` rows, the topics in the order of ``MIX``; a prompt may repeat (its rows then differ only in
+    samples)."""
     rng = np.random.default_rng(seed)
     rows: list[dict[str, object]] = []
-    topics = list(TOPICS)
     for i in range(n):
-        topic = topics[i % len(topics)]
+        topic = MIX[i % len(MIX)]
         probabilities, templates = TOPICS[topic]
         template = templates[int(rng.integers(len(templates)))]
         fills = {key: values[int(rng.integers(len(values)))] for key, values in FILLERS.items()}
@@ -78,6 +98,7 @@ def demo_rows(n: int, seed: int = 0) -> list[dict[str, object]]:
                 "prompt": prompt,
                 "rewards": rewards,
                 "responses": responses,
+                "tokens_out": TOKENS_OUT,
             }
         )
     return rows

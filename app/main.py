@@ -26,6 +26,7 @@ from app.api import (
 )
 from app.api.admin_logs import router as admin_logs_router
 from app.api.admin_stats import router as admin_stats_router
+from app.api.api_docs import mount_api_docs
 from app.api.dashboard import mount_dashboard
 from app.api.http_limits import HttpLimits, RequestLimits
 from app.api.in_flight import CountInFlight, RequestsInFlight
@@ -192,6 +193,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         summary="A model-routing gateway that learns online which backend to call for each prompt.",
         lifespan=lifespan,
+        docs_url=None,  # served from the vendored Swagger UI by mount_api_docs, never from a CDN
+        redoc_url=None,
     )
     # Starlette tries the routes in order, so the request path's come first: a forwarded request was
     # otherwise matched against about ten admin routers before reaching /v1 (a profiled cost).
@@ -228,6 +231,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if settings.metrics_enabled:
         app.include_router(metrics_router)
     mount_dashboard(app)
+    mount_api_docs(app)
     app.add_middleware(RequestLimits, limits=HttpLimits.of(settings), json_limits=JsonLimits.of(settings))
     if settings.metrics_enabled:  # outside RequestLimits: its 413/431/408 answers are counted too
         app.add_middleware(RequestMetrics)

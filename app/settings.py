@@ -3,6 +3,9 @@
 Every knob has a default that runs embedded: SQLite in a local file and the in-process event bus and
 cache, so ``banditgate serve`` works with nothing else installed. Point ``database_url`` at Postgres and
 ``redis_url`` at Redis and the same code runs as many cooperating processes.
+
+Where to listen is no setting but the command's: ``banditgate serve --host --port`` (default
+127.0.0.1:8000); ``scripts/run.sh`` serves the demo on the port in ``PORT`` (default 8000).
 """
 
 from __future__ import annotations

@@ -22,6 +22,8 @@
 #   TORCH_WHEEL    a torch-2.13.0+cpu wheel for Python 3.11 (default: `pip download 'torch==2.13.0+cpu'`
 #                  from pip's configured sources; none found = the build uses the public CPU index)
 #   PORT           the port the smoke test serves on, host network (default: a free one)
+#   KEEP_BUILD_CACHE  1 = keep the unnamed images the build leaves (the build stage's, gigabytes with
+#                  torch): the layer cache of the next build; default: removed once the image is built
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -103,11 +105,21 @@ fi
 
 # 3. The image (docker format keeps the HEALTHCHECK, which OCI images cannot carry).
 log "building $IMAGE"
+unnamed() { buildah images --all --noheading --filter dangling=true --format '{{.ID}}' | sort -u; }
+unnamed_before=$(unnamed)
 start=$(date +%s)
 cache=(--layers) cache_note="layer cache on"
 [ "${NO_CACHE:-0}" != 1 ] || cache=(--no-cache) cache_note="no cache"
 buildah bud "${ISOLATION[@]}" --network host --format docker "${cache[@]}" "${build_args[@]}" -t "$IMAGE" .
 build_s=$(($(date +%s) - start))
+if [ "${KEEP_BUILD_CACHE:-0}" != 1 ]; then
+    # only the unnamed images this build made (the build stage's and the cached layers): not others'
+    left=$(comm -13 <(printf '%s\n' "$unnamed_before") <(unnamed) | sed '/^$/d')
+    if [ -n "$left" ]; then
+        log "removing the $(wc -l <<<"$left") unnamed image(s) the build left (KEEP_BUILD_CACHE=1 keeps them)"
+        xargs buildah rmi >/dev/null <<<"$left"
+    fi
+fi
 size=$(buildah images --format '{{.Size}}' "$IMAGE" | head -n 1)
 
 # 4. Run the demo in the image on the host network and check it from the host.

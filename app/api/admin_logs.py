@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, TypeVar
@@ -21,6 +22,7 @@ from app.api.deps import AdminOnly, Ctx, Session
 from app.input_types import BIGINT_MAX, DECISION_ID_BOUND, DecisionId, Text, current_limits
 from app.jsonable import readable
 from app.store.models import DecisionRow, FeedbackEvent, Router, Tenant
+from app.store.stats import SERVED_KINDS
 from app.timewindow import as_utc, in_range, optional_window, unprocessable
 
 router = APIRouter(prefix="/admin", tags=["admin: logs"], dependencies=[AdminOnly])
@@ -124,8 +126,27 @@ def filtered(query: SelectT, table: type[DecisionRow] | type[FeedbackEvent], log
     return query
 
 
-def decision_item(row: DecisionRow, tenant: str, router_name: str | None) -> dict[str, Any]:
+def outcome(first_model: str | None, events: Iterable[FeedbackEvent]) -> dict[str, float | None]:
+    """A decision's ``reward``, the mean of the bandit/cascade-step rewards reported about its first model
+    (the answer the caller got), and ``cost``, the sum of every cost reported about it (probes and cost
+    records included); each null while none is reported."""
+    rewards, costs = [], []
+    for event in events:
+        if event.kind in SERVED_KINDS and event.model == first_model and event.reward is not None:
+            rewards.append(event.reward)
+        if event.cost is not None:
+            costs.append(event.cost)
     return {
+        "reward": sum(rewards) / len(rewards) if rewards else None,
+        "cost": sum(costs) if costs else None,
+    }
+
+
+def decision_item(
+    row: DecisionRow, tenant: str, router_name: str | None, events: Iterable[FeedbackEvent] = ()
+) -> dict[str, Any]:
+    return {
+        **outcome(row.models[0] if row.models else None, events),
         "id": row.id,
         "tenant": tenant,
         "router": router_name,
@@ -171,7 +192,13 @@ async def list_decisions(session: Session, logs: Logs) -> DecisionPage:
         moment, last_id = decision_cursor(logs.cursor)
         query = query.where(or_(D.created_at < moment, and_(D.created_at == moment, D.id < last_id)))
     rows = (await session.execute(query.order_by(D.created_at.desc(), D.id.desc()).limit(size + 1))).all()
-    items = [DecisionItem(**decision_item(d, t, r)) for d, t, r in rows[:size]]
+    page = rows[:size]
+    events: dict[str, list[FeedbackEvent]] = {}
+    if page:
+        ids = [d.id for d, _, _ in page]
+        for event in await session.scalars(select(FeedbackEvent).where(FeedbackEvent.decision_id.in_(ids))):
+            events.setdefault(str(event.decision_id), []).append(event)
+    items = [DecisionItem(**decision_item(d, t, r, events.get(d.id, ()))) for d, t, r in page]
     next_cursor = None
     if len(rows) > size:
         last = rows[size - 1][0]
@@ -193,11 +220,13 @@ async def read_decision(decision_id: DecisionId, session: Session) -> DecisionDe
     if found is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"decision {decision_id!r} not found")
     decision, tenant, router_name = found
-    events = await session.scalars(
-        select(FeedbackEvent).where(FeedbackEvent.decision_id == decision_id).order_by(FeedbackEvent.id)
+    events = list(
+        await session.scalars(
+            select(FeedbackEvent).where(FeedbackEvent.decision_id == decision_id).order_by(FeedbackEvent.id)
+        )
     )
     return DecisionDetail(
-        **decision_item(decision, tenant, router_name),
+        **decision_item(decision, tenant, router_name, events),
         feedback=[feedback_item(e, tenant, router_name) for e in events],
     )
 

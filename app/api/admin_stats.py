@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated
@@ -142,6 +143,7 @@ async def router_stats(
         queries_total=queries,
         decisions=sum(b.decisions for b in every),
         feedback=sum(b.feedback for b in every),
+        feedback_by_kind=dict(sorted(sum((Counter(b.kinds) for b in every), Counter()).items())),
         reward_mean=mean(sum(b.reward_sum for b in every), sum(b.rewarded for b in every)),
         cost_total=sum(b.cost_total for b in every),
         regret_mean=mean(regret_sum, regret_rounds),

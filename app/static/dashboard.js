@@ -4,12 +4,17 @@
 // window.__statsQuery, so a test (or a curious person) can compare them with the API; the cost-target and
 // incumbent panel's figures are on window.__trusted (stats.trusted; its conflict block, when the floor
 // holds the spend over the cost target, is also said in words), the warm-start panel's on
-// window.__warmStart (stats.warm_start).
+// window.__warmStart (stats.warm_start). Every summary figure keeps its stats field in data-field and its
+// raw value in data-value.
 "use strict";
 
 const KEY_STORE = "banditgate.adminKey";
 const PALETTE = ["#2f6fdf", "#e8710a", "#1a9850", "#c0362c", "#8e44ad", "#00838f", "#b58900", "#6d4c41"];
 const $ = (id) => document.getElementById(id);
+// bucket "auto": the narrowest of these widths (seconds, the API's spelling) with at most AUTO_BUCKETS buckets
+const BUCKETS = [[5, "5s"], [15, "15s"], [60, "1m"], [300, "5m"], [900, "15m"], [3600, "1h"], [86400, "1d"]];
+const AUTO_BUCKETS = 120;
+const LIVE_MS = 5000;
 const plots = {};
 window.__charts = {};
 window.__uplot = plots;
@@ -77,6 +82,7 @@ function signOut() {
 async function loadRouters() {
   const tenant = $("tenant").value;
   const routers = tenant ? await api(`/admin/tenants/${encodeURIComponent(tenant)}/routers`) : [];
+  window.__routers = routers;
   $("router").innerHTML = routers.map((r) => `<option>${esc(r.name)}</option>`).join("");
   await refresh();
 }
@@ -134,14 +140,36 @@ function drawStats(stats) {
     budget = `${stats.queries_total} query rounds; the policy may query ${fmt(100 * stats.query_budget_ratio)} % of decisions.`;
   }
   $("budget").textContent = budget;
-  $("summary").innerHTML = [
-    ["policy", stats.policy],
-    ["decisions", stats.decisions],
-    ["feedback", stats.feedback],
-    ["mean reward", fmt(stats.reward_mean)],
-    ["cost (USD)", fmt(stats.cost_total, 4)],
-    ["regret on query rounds", fmt(stats.regret_mean)],
-  ].map(([label, value]) => `<div>${esc(label)}<b>${esc(value)}</b></div>`).join("");
+  drawSummary(stats);
+}
+
+// [label, field path in stats, formatter, note]; the savings and floor figures only for a router with an incumbent
+function drawSummary(stats) {
+  const kinds = stats.feedback_by_kind;
+  const feedbackKinds = Object.entries(kinds).filter(([kind]) => kind !== "cost").map(([kind, n]) => `${kind} ${n}`);
+  const cards = [
+    ["policy", "policy", String],
+    ["decisions", "decisions", String],
+    ["feedback", "feedback", String, feedbackKinds.join(" · ") || "none yet"],
+    ["calls costed", "feedback_by_kind.cost", (v) => String(v ?? 0), "the gateway's cost records"],
+    ["mean reward", "reward_mean", fmt],
+    ["cost (USD)", "cost_total", (v) => fmt(v, 4)],
+    ["regret on query rounds", "regret_mean", fmt],
+  ];
+  if (stats.trusted && stats.trusted.safety) {
+    const safety = stats.trusted.safety;
+    cards.push(
+      ["saved vs incumbent", "trusted.safety.cost_saved_share", percent, `${fmt(safety.cost_saved, 4)} USD against always ${safety.incumbent}`],
+      ["off the incumbent", "trusted.safety.off_share", percent, `${safety.off_incumbent} of ${safety.checked} decisions`],
+      ["floor margin", "trusted.safety.floor_margin", fmt, `reward to spare above ${fmt(100 * (1 - safety.max_loss))} % of the incumbent's`],
+    );
+  }
+  $("summary").innerHTML = cards.map(([label, path, format, note]) => {
+    const value = path.split(".").reduce((o, k) => (o === null || o === undefined ? o : o[k]), stats);
+    const raw = value === undefined ? null : value;
+    return `<div data-field="${esc(path)}" data-value="${esc(JSON.stringify(raw))}">${esc(label)}<b>${esc(format(raw))}</b>${
+      note ? `<small>${esc(note)}</small>` : ""}</div>`;
+  }).join("");
 }
 
 // --- cost target and incumbent (stats.trusted) ------------------------------------------------------
@@ -209,9 +237,10 @@ async function loadDecisions(tenant, router) {
   const params = new URLSearchParams({ tenant, router, limit: "15" });
   const page = await api(`/admin/decisions?${params}`);
   window.__decisions = page.items;
-  const rows = page.items.map((d) => `<tr data-id="${esc(d.id)}"><td>${esc(new Date(d.created_at).toLocaleString())}</td>
-    <td>${esc(d.model ?? "declined")}</td><td>${esc(d.query.join(", ") || "–")}</td></tr>`);
-  $("decisions").querySelector("tbody").innerHTML = rows.join("") || `<tr><td colspan="3" class="muted">no decisions yet</td></tr>`;
+  const rows = page.items.map((d) => `<tr data-id="${esc(d.id)}" data-reward="${esc(JSON.stringify(d.reward))}" data-cost="${esc(JSON.stringify(d.cost))}">
+    <td>${esc(new Date(d.created_at).toLocaleTimeString())}</td><td>${esc(d.model ?? "declined")}</td>
+    <td>${esc(fmt(d.reward))}</td><td>${esc(fmt(d.cost, 3))}</td><td>${esc(d.query.join(", ") || "–")}</td></tr>`);
+  $("decisions").querySelector("tbody").innerHTML = rows.join("") || `<tr><td colspan="5" class="muted">no decisions yet</td></tr>`;
   $("decision-detail").innerHTML = "";
   for (const row of $("decisions").querySelectorAll("tbody tr[data-id]")) row.addEventListener("click", () => showDecision(row));
 }
@@ -224,7 +253,8 @@ async function showDecision(row) {
   const scoreRows = Object.entries(d.scores).map(([model, s]) => `<tr><td>${model === d.model ? "<b>" + esc(model) + "</b>" : esc(model)}</td>${
     fields.map((f) => `<td>${s && s[f] === null ? "∞" : esc(fmt(s ? s[f] : null))}</td>`).join("")}</tr>`);
   const feedback = d.feedback.map((f) => `<li>${esc(f.kind)} · ${esc(f.model)}: reward ${esc(fmt(f.reward))}, cost ${esc(fmt(f.cost))}</li>`);
-  $("decision-detail").innerHTML = `<p class="muted">decision ${esc(d.id)} · policy ${esc(d.policy)} · router version ${esc(d.router_version)} · models ${esc(d.models.join(" → ") || "none")}</p>
+  $("decision-detail").innerHTML = `<p class="muted">decision ${esc(d.id)} · policy ${esc(d.policy)} · router version ${esc(d.router_version)} · models ${esc(d.models.join(" → ") || "none")}
+    · prompt of ${esc(d.prompt_chars)} characters (the gateway stores its hash, not its text)</p>
     <table><thead><tr><th>model</th>${fields.map((f) => `<th>${esc(f)}</th>`).join("")}</tr></thead><tbody>${scoreRows.join("")}</tbody></table>
     <ul>${feedback.join("") || "<li class='muted'>no feedback yet</li>"}</ul>`;
 }
@@ -286,6 +316,20 @@ async function saveConfig(event) {
 
 // --- refresh ----------------------------------------------------------------------------------------
 
+function bucketFor(span) {
+  const chosen = $("bucket").value;
+  if (chosen !== "auto") return chosen;
+  const fits = BUCKETS.find(([seconds]) => span / seconds <= AUTO_BUCKETS);
+  return (fits || BUCKETS[BUCKETS.length - 1])[1];
+}
+
+let liveTimer = null;
+function setLive() {
+  clearInterval(liveTimer);
+  const due = () => !$("board").hidden && window.__dashboard.state !== "loading";
+  liveTimer = $("live").checked ? setInterval(() => due() && refresh(), LIVE_MS) : null;
+}
+
 async function refresh(event) {
   if (event) event.preventDefault();
   const tenant = $("tenant").value;
@@ -297,10 +341,14 @@ async function refresh(event) {
   const generation = ++window.__dashboard.generation;
   const current = () => generation === window.__dashboard.generation; // a newer refresh supersedes this one
   setState("loading", "loading…");
-  const span = Number($("range").value);
   const until = new Date();
+  // "router": from the router's creation (a 5-second bucket at least), else the last N seconds
+  const created = (window.__routers || []).find((r) => r.name === router);
+  const span = $("range").value === "router"
+    ? Math.max(5, (until.getTime() - Date.parse(created ? created.created_at : until.toISOString())) / 1000)
+    : Number($("range").value);
   const since = new Date(until.getTime() - span * 1000);
-  const query = { tenant, router, since: since.toISOString(), until: until.toISOString(), bucket: $("bucket").value };
+  const query = { tenant, router, since: since.toISOString(), until: until.toISOString(), bucket: bucketFor(span) };
   window.__statsQuery = query;
   try {
     const params = new URLSearchParams({ since: query.since, until: query.until, bucket: query.bucket });
@@ -327,5 +375,11 @@ $("signout").addEventListener("click", signOut);
 $("picker").addEventListener("submit", refresh);
 $("tenant").addEventListener("change", loadRouters);
 for (const id of ["router", "range", "bucket"]) $(id).addEventListener("change", () => refresh());
+$("live").addEventListener("change", setLive);
+// ?range=router (or seconds) and ?live=1 in the page's address preselect those controls
+const preset = new URLSearchParams(location.search);
+if ([...$("range").options].some((o) => o.value === preset.get("range"))) $("range").value = preset.get("range");
+if (preset.get("live") === "1") $("live").checked = true;
+setLive();
 $("config").addEventListener("submit", saveConfig);
 if (sessionStorage.getItem(KEY_STORE)) signIn(sessionStorage.getItem(KEY_STORE));

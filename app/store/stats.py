@@ -9,6 +9,9 @@ the same requests. Buckets are aligned to the Unix epoch: bucket = floor(epoch s
 - reward: mean of the rewards reported with kind ``bandit`` or ``cascade-step`` (answers the caller
   got); ``query`` feedback (active-learning rewards of models not served) is left out of it.
 - cost: sum and mean of the costs of every feedback event, query calls included (they were paid for).
+- feedback: the events that report how an answer went (``bandit``, ``query``, ``cascade-step``); the
+  gateway's own ``cost`` records of the calls it forwarded or probed are not feedback, and are counted
+  apart in ``kinds`` with the others.
 - queries: decisions whose ``query`` list is non-empty.
 - regret on query rounds: when a decision asked for the other models' rewards, regret = the best reward
   observed for that decision (any kind) - the reward of its first model; averaged over the query rounds
@@ -35,6 +38,7 @@ from app.store.models import DecisionRow, FeedbackEvent
 from app.timewindow import Window
 
 SERVED_KINDS = ("bandit", "cascade-step")
+COST_KIND = "cost"  # the gateway's record of a call's cost: not feedback from the caller
 
 
 def epoch_seconds(column: Any, dialect: str) -> ColumnElement[int]:
@@ -72,6 +76,7 @@ class BucketStats:
     regret_rounds: int = 0
     regret_sum: float = 0.0
     models: dict[str, ModelStats] = field(default_factory=dict)
+    kinds: dict[str, int] = field(default_factory=dict)  # feedback events per kind, cost records included
 
     def model(self, name: str) -> ModelStats:
         return self.models.setdefault(name, ModelStats())
@@ -125,10 +130,11 @@ async def router_buckets(
 
     served = F.kind.in_(SERVED_KINDS) & F.reward.is_not(None)
     served_reward = case((served, F.reward))
-    for bucket, model, n, rewarded, reward_sum, costed, cost_sum in await session.execute(
+    for bucket, model, kind, n, rewarded, reward_sum, costed, cost_sum in await session.execute(
         select(
             d.bucket,
             F.model,
+            F.kind,
             func.count(F.id),
             func.count(served_reward),
             func.sum(served_reward),
@@ -136,12 +142,14 @@ async def router_buckets(
             func.sum(F.cost),
         )
         .join(F, F.decision_id == d.id)
-        .group_by(d.bucket, F.model)
+        .group_by(d.bucket, F.model, F.kind)
     ):
         stats = at(bucket)
         per_model = stats.model(model)
-        stats.feedback += int(n)
-        per_model.feedback += int(n)
+        stats.kinds[kind] = stats.kinds.get(kind, 0) + int(n)
+        if kind != COST_KIND:
+            stats.feedback += int(n)
+            per_model.feedback += int(n)
         stats.rewarded += int(rewarded)
         per_model.rewarded += int(rewarded)
         stats.reward_sum += float(reward_sum or 0.0)

@@ -46,6 +46,10 @@ async def test_decision_and_feedback_logs(stack: Stack) -> None:
         first = decided[-1][-1]
         assert first["tenant"] == t.tenant and first["router"] == "main" and first["model"] in t.arms
         assert set(first["scores"]) == set(t.arms) and first["prompt_chars"] == len("question 0")
+        # each listed decision with the reward and cost fed back about it
+        assert [(d["reward"], d["cost"]) for p in decided for d in p] == [
+            (i / 4, 0.001 * i or 0.0) for i in range(4, -1, -1)
+        ]
 
         chosen = first["model"]
         by_model = await pages(client, "/admin/decisions", {"tenant": t.tenant, "model": chosen, "limit": 50})
@@ -54,6 +58,7 @@ async def test_decision_and_feedback_logs(stack: Stack) -> None:
         detail = (await client.get(f"/admin/decisions/{ids[3]}", headers=admin_headers())).json()
         assert detail["id"] == ids[3] and set(detail["scores"]) == set(t.arms)
         assert [(f["reward"], f["cost"], f["kind"]) for f in detail["feedback"]] == [(0.75, 0.003, "bandit")]
+        assert (detail["reward"], detail["cost"]) == (0.75, 0.003)
         missing = await client.get("/admin/decisions/feedfacefeedface", headers=admin_headers())
         assert missing.status_code == 404
 

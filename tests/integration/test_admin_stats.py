@@ -57,6 +57,7 @@ async def test_stats_buckets_are_hand_computed(stack: Stack, monkeypatch: pytest
         assert (s["bucket_s"], s["query_budget"], s["query_budget_ratio"]) == (3600, 10, 0.5)
         assert s["query_budget_key"] == "budget * horizon"
         assert (s["queries_before"], s["queries_total"], s["decisions"], s["feedback"]) == (1, 3, 4, 5)
+        assert s["feedback_by_kind"] == {"bandit": 3, "query": 2}
         assert s["decisions_before"] == 1
         assert [b["decisions_cumulative"] for b in s["buckets"]] == [4, 4, 5]
         assert s["reward_mean"] == pytest.approx((1.0 + 0.25 + 0.5) / 3)
@@ -125,6 +126,33 @@ async def test_stats_follow_live_traffic(stack: Stack) -> None:
         assert (s["query_budget_ratio"], s["query_budget_key"]) == (None, None)
         assert s["reward_mean"] == pytest.approx(2 / 3) and s["regret_mean"] is None
         assert sum(sum(m["decisions"] for m in x["models"].values()) for x in s["buckets"]) == 4
+
+
+async def test_cost_records_are_counted_apart_from_feedback(stack: Stack) -> None:
+    """The gateway's ``cost`` records of the calls it made are not feedback: ``feedback`` (total, per
+    bucket, per model) counts the caller's events only, ``feedback_by_kind`` every kind; the cost total
+    has both."""
+    app = create_app(stack.settings())
+    async with running(app) as client:
+        h = admin_headers()
+        t = await make_tenancy(client)
+        a, b = t.arms
+        tenant_id = (await client.get(f"/admin/tenants/{t.tenant}", headers=h)).json()["id"]
+        router_id = (await client.get(f"/admin/tenants/{t.tenant}/routers/main", headers=h)).json()["id"]
+        rows = [
+            Row(uuid.uuid4().hex, at(0, 5), [a], [], [(a, "cost", None, 0.5), (a, "bandit", 1.0, None)]),
+            Row(uuid.uuid4().hex, at(0, 6), [b], [a], [(b, "cost", None, 0.25), (a, "cost", None, 0.5)]),
+            Row(uuid.uuid4().hex, at(0, 7), [b], [], [(b, "bandit", 0.0, 0.125)]),
+        ]
+        await write_rows(app, tenant_id, router_id, rows)
+        window = {"since": "2026-01-01T00:00:00Z", "until": "2026-01-01T01:00:00Z", "bucket": "1h"}
+        stats = await client.get(f"/admin/tenants/{t.tenant}/routers/main/stats", params=window, headers=h)
+        s = stats.json()
+        assert (s["decisions"], s["feedback"], s["feedback_by_kind"]) == (3, 2, {"bandit": 2, "cost": 3})
+        assert s["cost_total"] == pytest.approx(1.375) and s["reward_mean"] == pytest.approx(0.5)
+        (bucket,) = s["buckets"]
+        assert bucket["feedback"] == 2
+        assert (bucket["models"][a]["feedback"], bucket["models"][b]["feedback"]) == (1, 1)
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import PurePosixPath
 
 from app.main import create_app
 from tests.conftest import Stack, admin_headers, bearer, make_tenancy, running
@@ -169,9 +171,26 @@ async def test_health_and_docs(stack: Stack) -> None:
         ready = (await client.get("/readyz")).json()
         assert ready["status"] == "ready"
         assert ("redis" in ready["checks"]) == (stack.redis_url is not None)
-        assert (await client.get("/docs")).status_code == 200
         spec = (await client.get("/openapi.json")).json()
         assert {"/route", "/feedback", "/feedback/batch"} <= set(spec["paths"])
+        # /docs needs nothing off the gateway: its script, style and icon are the vendored Swagger UI
+        docs = await client.get("/docs")
+        assert docs.status_code == 200 and "url: '/openapi.json'" in docs.text
+        assets = re.findall(r'(?:src|href)="([^"]+)"', docs.text)
+        assert sorted(assets) == [
+            "/dashboard/vendor/swagger-ui/favicon-32x32.png",
+            "/dashboard/vendor/swagger-ui/swagger-ui-bundle.js",
+            "/dashboard/vendor/swagger-ui/swagger-ui.css",
+        ]
+        assert "//" not in docs.text.replace("://", "")  # no protocol-relative URL either
+        types = {".js": "text/javascript", ".css": "text/css", ".png": "image/png"}
+        for asset in assets:
+            loaded = await client.get(asset)
+            assert loaded.status_code == 200, asset
+            assert loaded.headers["content-type"].startswith(types[PurePosixPath(asset).suffix]), asset
+        bundle = (await client.get("/dashboard/vendor/swagger-ui/swagger-ui-bundle.js")).text
+        assert '"5.35.0"' in bundle  # the version SOURCE.txt names
+        assert (await client.get("/redoc")).status_code == 404  # FastAPI's, from a CDN: off
 
 
 async def test_no_default_router_is_a_404(stack: Stack) -> None:
