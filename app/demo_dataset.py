@@ -98,7 +98,7 @@ def demo_rows(n: int, seed: int = 0) -> list[dict[str, object]]:
                 "prompt": prompt,
                 "rewards": rewards,
                 "responses": responses,
-                "tokens_out": TOKENS_OUT,
+                "tokens_out": {m: TOKENS_OUT for m in probabilities},
             }
         )
     return rows
