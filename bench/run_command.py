@@ -300,6 +300,14 @@ def run_main(args: argparse.Namespace) -> int:
         )
     if report["judge"] is not None:
         print(f"note: {judge_note(report['judge'])}")
+        for row in report["policies"]:
+            judged = row["judge"]
+            if judged["calls_per_round"] > 0:
+                print(
+                    f"judge on {row['spec']}: {judged['calls_per_round']:.2f} judged calls per round, "
+                    f"{judged['false_pass_share']:.3f} false passes and {judged['false_fail_share']:.3f} "
+                    f"false fails of them, ${judged['cost_per_round']:.6f} per round (in the cost column)"
+                )
     for note, count in sorted(dataset.token_estimates.items()):
         print(f"note: {count} (prompt, model) token counts estimated: {note}")
     if dataset.notes:
