@@ -22,6 +22,7 @@ else the run's (``--success-threshold``, default the midpoint of the reward rang
 is in units of that many USD (C2MAB-V's normalised rho) and the trace records ``budget * cost_scale`` USD.
 Every Observation carries
 ``extra = {"round", "step", "success", "final"}``; ``final`` marks the last call of the round's plan.
+Round t is one decision: its selects and observations carry ``decision_key = str(t)``.
 
 With a ``judge`` (``bench.judge``), a round whose plan stops on success (``cascade``, ``set`` with ``awc``)
 sees the judge's grade instead of the sampled reward: the Observation's ``reward`` and ``success`` and the
@@ -29,7 +30,6 @@ stop are the grade's, every call of the round is judged and the judge's price is
 the user gets the true reward of the answer of highest grade (the later among equals, as the gateway
 returns the last answer of a judged cascade). Without a judge the grade is the sampled reward itself and
 the user gets the best reward seen (the first among equals).
-Round t is one decision: its selects and observations carry ``decision_key = str(t)``.
 
 By default a policy draws its randomness from its own generator. With ``round_rng`` (a function of the
 round) every ``select`` of round t, the adaptive cascade's later steps included, gets a fresh
