@@ -206,7 +206,8 @@ def _as_written_now(state: Any) -> Any:
     """A legacy state in the format the current code writes: the three changes made on purpose since
     (issue 15's wiring): the cost pacer remembers its ``recent`` decision keys (one request per decision),
     and a retry cascade is a ``PolicyWrapper`` (``config`` and ``seed`` at the top); (issue 13) a kNN
-    policy's config names its vectors' ``precision``, float32 for a state saved without it."""
+    policy's config names its vectors' ``precision``, float32 for a state saved without it; PromptWise's
+    config names its judge's rates ``judge_tpr`` / ``judge_tnr``, 1.0 (trust the verdict) without them."""
     if isinstance(state, list):
         return [_as_written_now(item) for item in state]
     if not isinstance(state, dict):
@@ -214,6 +215,8 @@ def _as_written_now(state: Any) -> Any:
     state = {key: _as_written_now(value) for key, value in state.items()}
     if state.get("policy") in ("knn-ucb", "balrog") and "precision" not in state["config"]:
         state["config"]["precision"] = "float32"
+    if state.get("policy") in ("promptwise", "promptwise-rbf") and "judge_tpr" not in state["config"]:
+        state["config"] = {**state["config"], "judge_tpr": 1.0, "judge_tnr": 1.0}
     if "multiplier" in state and "spent" in state and "recent" not in state:
         state["recent"] = []
     retry = state.get("retry")
