@@ -15,7 +15,10 @@ On one dataset (P prompts, K models; rewards ``mean_reward[p, k]``, USD costs ``
 - **each policy** swept over ``cost_target`` (USD per request; default a grid of fractions of the best
   single model's mean cost) or ``cost_weight`` (lambda), plus the policy as given (no cost key): each
   point is the mean over seeds 0..S-1 of the per-seed mean reward and mean cost, with 95% intervals
-  (1.96 sd / sqrt(S)), on the same draws as ``bench run`` (T prompts without repeats by default).
+  (1.96 sd / sqrt(S)), on the same draws as ``bench run`` (T prompts without repeats by default);
+- with ``--judge SPEC`` (repeatable, e.g. ``verdict:tpr=0.95,tnr=0.95`` then ``verdict:tpr=0.7,tnr=0.7``)
+  each policy is played once per judge, its cascades graded by that simulated judge and paying for it
+  (``bench.judge``): a sweep of judge quality, one curve per (policy, judge).
 
 The lambda grid is 0 and ``--lambda-points`` - 1 values geometric in [0.01, 100] / c_max, where c_max is
 the largest mean cost of a model (``replay_env.normalisation_scale``): from "cost barely matters" to "cost
@@ -39,6 +42,7 @@ from tqdm import tqdm
 from bench.arm_schedule import build_schedule
 from bench.cli import documented_parser
 from bench.dataset import Dataset, load_dataset
+from bench.judge import Judge, parse_judge
 from bench.knn_ceiling import knn_ceiling
 from bench.metrics import ci95
 from bench.policy_spec import PolicySpec, build_from_spec, check_specs, parse_spec
@@ -164,41 +168,55 @@ def policy_curves(
     seeds: int,
     draws: Draws,
     progress: bool = True,
+    judges: Sequence[Judge] = (),
 ) -> dict[str, list[dict[str, Any]]]:
-    """Per base spec: one point per swept value and one for the spec as given (``value`` None)."""
+    """Per base spec: one point per swept value and one for the spec as given (``value`` None). With
+    ``judges`` (``--judge``, repeatable) each base spec is played once per judge, as the curve
+    ``"<spec> | judge <judge spec>"``, its cascades graded by that judge (``bench.judge``)."""
     schedule = build_schedule(dataset.model_names, [], horizon)
     lo, hi = dataset.reward_range
     env = ReplayEnv(dataset, embeddings, schedule, 0.0, (lo + hi) / 2, draws=draws)
-    runs = {base.text: [(None, base)] + [(v, sweep_spec(base, sweep, v)) for v in values] for base in specs}
-    every = [spec for points in runs.values() for _, spec in points]
-    check_specs(every, schedule.initial, None)
-    per_seed: dict[str, list[tuple[float, float]]] = {spec.text: [] for spec in every}
+    graders: list[Judge | None] = list(judges) or [None]
+    runs = {
+        curve_name(base, judge): (judge, [(None, base)] + [(v, sweep_spec(base, sweep, v)) for v in values])
+        for base in specs
+        for judge in graders
+    }
+    every = [(name, spec) for name, (_, points) in runs.items() for _, spec in points]
+    check_specs([spec for _, spec in every], schedule.initial, None)
+    per_seed: dict[tuple[str, str], list[tuple[float, float]]] = {(n, s.text): [] for n, s in every}
     bar = tqdm(total=len(every) * seeds * horizon, unit="round", disable=not progress, file=sys.stderr)
     for seed in range(seeds):
         seed_draws = env.draw(seed)
-        for spec in every:
-            bar.set_description(f"{spec.text} seed {seed}")
+        for name, spec in every:
+            bar.set_description(f"{name} seed {seed}")
             policy = build_from_spec(spec, schedule.initial, seed, None, horizon)
-            trace = run_policy(policy, env, seed_draws, progress=bar.update)
-            per_seed[spec.text].append((float(trace.reward.mean()), float(trace.cost.mean())))
+            trace = run_policy(policy, env, seed_draws, progress=bar.update, judge=runs[name][0])
+            per_seed[name, spec.text].append((float(trace.reward.mean()), float(trace.cost.mean())))
     bar.close()
     curves: dict[str, list[dict[str, Any]]] = {}
-    for base, points in runs.items():
+    for name, (judge, points) in runs.items():
         rows = []
         for value, spec in points:
-            reward, cost = (np.array(v) for v in zip(*per_seed[spec.text], strict=True))
+            reward, cost = (np.array(v) for v in zip(*per_seed[name, spec.text], strict=True))
             rows.append(
                 {
                     "spec": spec.text,
                     sweep: value,
+                    "judge": None if judge is None else judge.spec.text,
                     "reward": float(reward.mean()),
                     "reward_ci95": ci95(reward),
                     "cost": float(cost.mean()),
                     "cost_ci95": ci95(cost),
                 }
             )
-        curves[base] = rows
+        curves[name] = rows
     return curves
+
+
+def curve_name(base: PolicySpec, judge: Judge | None) -> str:
+    """A curve's key: the base spec, plus ``| judge <spec>`` when a judge grades it."""
+    return base.text if judge is None else f"{base.text} | judge {judge.spec.text}"
 
 
 def frontier_main(args: argparse.Namespace) -> int:
@@ -210,6 +228,7 @@ def frontier_main(args: argparse.Namespace) -> int:
     values = sweep_values(args, dataset)
     # fail on a bad spec before the (possibly long) embedding
     check_specs([sweep_spec(s, args.sweep, v) for s in specs for v in values[:1]], dataset.model_names, None)
+    judges = [Judge(parse_judge(text), dataset) for text in args.judge]
     embeddings = dataset_embeddings(
         dataset, args.embedder, args.cache_dir, progress=not args.quiet, rule=args.embed_text
     )
@@ -235,7 +254,9 @@ def frontier_main(args: argparse.Namespace) -> int:
             args.seeds,
             args.draws,
             progress=not args.quiet,
+            judges=judges,
         ),
+        "judges": [judge.report() for judge in judges],
     }
     if dataset.contexts is None:
         report["embed_text"] = args.embed_text.config()
@@ -273,6 +294,14 @@ def add_subcommand(subparsers: Any) -> None:
         type=int,
         default=DEFAULT_LAMBDA_POINTS,
         help=f"lambdas of the oracle and knn-ceiling curves (default {DEFAULT_LAMBDA_POINTS})",
+    )
+    parser.add_argument(
+        "--judge",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="play each policy once per judge (repeatable: a sweep of judge quality), its cascades graded by "
+        "that simulated judge at its price; SPEC as bench run's --judge (bench/judge.py)",
     )
     parser.add_argument("--log-cost", action="store_true", help="logarithmic cost axis")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")

@@ -13,6 +13,9 @@ For S seeds of T rounds, with L the harness's lambda (reward units per USD):
   USD; ``reward_per_violation`` (C2MAB-V §5.6): mean reward / ((1/T) sum_tau V(tau)), null when that is 0;
 - ``converged_round`` (policies): the first round t (1-based) from which the running mean reward, averaged
   over seeds, stays within ``CONVERGENCE_TOLERANCE`` (2%) of its final value for every t' >= t;
+- ``judge`` (policies, with ``--judge``): judged calls per round, the shares of judged calls the judge
+  passed although they failed (``false_pass_share``) and failed although they succeeded
+  (``false_fail_share``), and the judge's USD per round (part of ``mean_cost``);
 - ``incumbent`` (policies): the floor ratio against the incumbent, the share of rounds off it and the cost
   saved against calling it always, per seed and summarised (``bench.incumbent_check``).
 """
@@ -106,6 +109,9 @@ def summarise_policy(
     row["query_calls"] = float(np.mean([t.query_calls for t in traces]))
     row["select_ms_p50"] = float(np.median(select_ns) / 1e6) if select_ns.size else 0.0
     row["converged_round"] = converged_round(traces) if traces else 0
+    judged = judge_figures(traces)
+    if judged is not None:
+        row["judge"] = judged
     compared = [incumbent_figures(t) for t in traces]
     if traces and all(c is not None for c in compared):
         row["incumbent"] = summarise_incumbent([c for c in compared if c is not None])
@@ -113,6 +119,22 @@ def summarise_policy(
         if targets:
             row["incumbent"]["cost_target"] = float(targets[-1])
     return row
+
+
+def judge_figures(traces: Sequence[Trace]) -> dict[str, float] | None:
+    """The judge's work over all seeds (module doc); None when no trace was judged."""
+    counts = [t.judged for t in traces if t.judged is not None]
+    spent = [t.judge_cost for t in traces if t.judge_cost is not None]
+    if not counts or not spent:
+        return None
+    calls, false_pass, false_fail = np.concatenate(counts).sum(axis=0)
+    rounds = sum(c.shape[0] for c in counts)
+    return {
+        "calls_per_round": float(calls / rounds),
+        "false_pass_share": float(false_pass / calls) if calls else 0.0,
+        "false_fail_share": float(false_fail / calls) if calls else 0.0,
+        "cost_per_round": float(np.mean([s.mean() for s in spent])),
+    }
 
 
 def incumbent_figures(trace: Trace) -> dict[str, Any] | None:

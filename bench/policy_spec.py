@@ -45,20 +45,21 @@ def _value(raw: str) -> Any:
     return value if value is None or isinstance(value, bool | int | float) else raw
 
 
-def parse_spec(text: str) -> PolicySpec:
-    """``linucb:alpha=0.5,ridge=1`` -> PolicySpec('linucb', {'alpha': 0.5, 'ridge': 1})."""
+def parse_spec(text: str, what: str = "policy") -> PolicySpec:
+    """``linucb:alpha=0.5,ridge=1`` -> PolicySpec('linucb', {'alpha': 0.5, 'ridge': 1}). ``what`` names the
+    kind of spec in error messages (``bench.judge`` parses judge specs with the same syntax)."""
     name, _, rest = text.partition(":")
     name = name.strip()
     if not name:
-        raise PolicyConfigError(f"policy spec {text!r} has no policy name")
+        raise PolicyConfigError(f"{what} spec {text!r} has no {what} name")
     params: dict[str, Any] = {}
     for item in filter(None, (part.strip() for part in rest.split(","))):
         key, sep, raw = item.partition("=")
         key = key.strip()
         if not sep or not key:
-            raise PolicyConfigError(f"policy spec {text!r}: {item!r} is not key=value")
+            raise PolicyConfigError(f"{what} spec {text!r}: {item!r} is not key=value")
         if key in params:
-            raise PolicyConfigError(f"policy spec {text!r}: {key!r} given twice")
+            raise PolicyConfigError(f"{what} spec {text!r}: {key!r} given twice")
         params[key] = _value(raw.strip())
     return PolicySpec(text=text, name=name, params=params)
 

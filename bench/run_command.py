@@ -23,6 +23,7 @@ from bench.arm_schedule import ArmEvent, build_schedule, parse_arm_event
 from bench.cascade_reference import cascade_plans, oracle_cascade_trace
 from bench.dataset import Dataset, load_dataset
 from bench.embedding_cache import embed_prompts
+from bench.judge import Judge, judge_note, parse_judge
 from bench.knn_ceiling import knn_ceiling
 from bench.metrics import summarise_policy, summarise_reference
 from bench.policy_spec import PolicySpec, build_from_spec, check_specs, parse_spec
@@ -89,6 +90,7 @@ def replay(
     budget: float | None = None,
     draws: Draws = WITHOUT_REPLACEMENT,
     warm_start: WarmStart | None = None,
+    judge: Judge | None = None,
 ) -> ReplayResult:
     """Run every spec on seeds 0..seeds-1 and the references on the same draws; build the report.
 
@@ -97,7 +99,9 @@ def replay(
     most expensive model's mean cost = 1, C2MAB-V spec 5.4 H1); see ``run_budget`` for the precedence.
     ``horizon`` None plays every prompt once per seed; ``draws`` see ``bench.replay_env``. ``warm_start``
     (``--warm-start``) folds each seed's warm prompts into every policy before its online run, which plays
-    (and is judged on) the other prompts only; see ``bench.warm_start``."""
+    (and is judged on) the other prompts only; see ``bench.warm_start``. ``judge`` (``--judge``) grades
+    the rounds that stop on success in place of the labels, at its price (``bench.judge``); the report
+    records it under ``judge`` and per policy."""
     if seeds < 1:
         raise ValueError("seeds must be >= 1")
     if warm_start is not None:
@@ -149,7 +153,7 @@ def replay(
                 logs = observations(dataset, embeddings, warm_start, seed_draws.warm, schedule.initial)
                 fold_warm_start(policy, logs)
             start = time.perf_counter()
-            trace = run_policy(policy, env, seed_draws, max_calls=max_calls, progress=bar.update)
+            trace = run_policy(policy, env, seed_draws, max_calls=max_calls, progress=bar.update, judge=judge)
             runs[spec.text].append(trace)
             wall[spec.text] += time.perf_counter() - start
     bar.close()
@@ -191,6 +195,7 @@ def replay(
     }
     report["reference"]["knn_ceiling"]["k"] = ceiling.k
     report["warm_start"] = None if warm_start is None else warm_start.report(dataset.n_prompts)
+    report["judge"] = None if judge is None else judge.report()
     if dataset.notes:
         report["notes"] = dataset.notes
     return ReplayResult(report=report, runs=runs, references=refs)
@@ -254,6 +259,7 @@ def run_main(args: argparse.Namespace) -> int:
     if dataset.dropped:
         print(f"dropped {dataset.dropped} rows without a reward for every model", file=sys.stderr)
     specs = [parse_spec(text) for text in args.policy]
+    judge = None if args.judge is None else Judge(parse_judge(args.judge), dataset)
     warm_start = warm_start_of(args)
     if warm_start is not None:
         warm_start.check(dataset.model_names)
@@ -279,6 +285,7 @@ def run_main(args: argparse.Namespace) -> int:
         budget=args.budget,
         draws=args.draws,
         warm_start=warm_start,
+        judge=judge,
     )
     report = result.report
     if dataset.contexts is None:
@@ -293,6 +300,16 @@ def run_main(args: argparse.Namespace) -> int:
             f"{warm_start.logged_model or 'every model'} per seed; online rounds drawn from the other "
             f"{settings['online_pool']}"
         )
+    if report["judge"] is not None:
+        print(f"note: {judge_note(report['judge'])}")
+        for row in report["policies"]:
+            judged = row["judge"]
+            if judged["calls_per_round"] > 0:
+                print(
+                    f"judge on {row['spec']}: {judged['calls_per_round']:.2f} judged calls per round, "
+                    f"{judged['false_pass_share']:.3f} false passes and {judged['false_fail_share']:.3f} "
+                    f"false fails of them, ${judged['cost_per_round']:.6f} per round (in the cost column)"
+                )
     for note, count in sorted(dataset.token_estimates.items()):
         print(f"note: {count} (prompt, model) token counts estimated: {note}")
     if dataset.notes:
@@ -409,6 +426,14 @@ def add_subcommand(subparsers: Any) -> None:
         "mean cost (default: the dataset's budget, else the first set policy's rho)",
     )
     parser.add_argument("--max-calls", type=int, default=None, help="bound on calls of an adaptive cascade")
+    parser.add_argument(
+        "--judge",
+        default=None,
+        metavar="SPEC",
+        help="grade cascade (and set/awc) rounds with a simulated judge instead of the labels, at its price: "
+        "verdict[:tpr=T,tnr=N] or score[:sigma=S], both [,model=NAME] (default the cheapest judge); see "
+        "bench/judge.py",
+    )
     parser.add_argument("--add-model", action="append", default=[], metavar="NAME@ROUND")
     parser.add_argument("--remove-model", action="append", default=[], metavar="NAME@ROUND")
     parser.add_argument(

@@ -24,6 +24,13 @@ Every Observation carries
 ``extra = {"round", "step", "success", "final"}``; ``final`` marks the last call of the round's plan.
 Round t is one decision: its selects and observations carry ``decision_key = str(t)``.
 
+With a ``judge`` (``bench.judge``), a round whose plan stops on success (``cascade``, ``set`` with ``awc``)
+sees the judge's grade instead of the sampled reward: the Observation's ``reward`` and ``success`` and the
+stop are the grade's, every call of the round is judged and the judge's price is added to its cost, and
+the user gets the true reward of the answer of highest grade (the later among equals, as the gateway
+returns the last answer of a judged cascade). Without a judge the grade is the sampled reward itself and
+the user gets the best reward seen (the first among equals).
+
 By default a policy draws its randomness from its own generator. With ``round_rng`` (a function of the
 round) every ``select`` of round t, the adaptive cascade's later steps included, gets a fresh
 ``round_rng(t)`` in ``Context.rng``: the gateway's rule for a request that carries a ``seed`` (the
@@ -33,13 +40,13 @@ same decisions offline and through the service.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from time import perf_counter_ns
 from typing import Any
 
 import numpy as np
 
+from bench.judge import Judge
 from bench.replay_env import TIE_ATOL, TIE_RTOL, ReplayEnv, SeedDraws
 from bench.trace import Trace
 from routers.base import Context, Decision, Observation, Policy
@@ -52,7 +59,8 @@ class SimulationError(RuntimeError):
 
 
 class _Round:
-    """The calls of one round: pays for each, samples its reward and reports it to the policy."""
+    """The calls of one round: pays for each, samples its reward (graded by the judge when the round is
+    judged) and reports it to the policy."""
 
     def __init__(
         self,
@@ -62,35 +70,56 @@ class _Round:
         t: int,
         embedding: np.ndarray,
         costs: Mapping[str, float],
+        judge: Judge | None = None,
     ) -> None:
         self.policy, self.env, self.draws, self.t = policy, env, draws, t
         self.embedding, self.costs = embedding, costs
-        self.called: dict[str, float] = {}
+        self.called: dict[str, float] = {}  # arm -> its true reward
+        self.graded: dict[str, float] = {}  # arm -> the reward the policy was shown
         self.threshold = env.success_threshold
         self.spent = 0.0
         self.query_calls = 0
+        self.judge = judge
+        self.judged = False  # set by ``_play`` for the rounds a judge grades
+        self.judge_calls = self.false_passes = self.false_fails = 0
+        self.judge_spent = 0.0
+        self.delivered: str | None = None
         output = env.output_embeddings
         self.outputs = None if output is None else output[int(draws.prompts[t])]
 
     def call(self, arm: str, kind: Any, step: int, last: bool, stop_on_success: bool) -> float:
+        """Call ``arm`` (once per round) and return the reward the policy is shown: the sampled reward, or
+        the judge's grade of it in a judged round."""
         if arm not in self.costs:
             raise SimulationError(
                 f"policy {self.policy.name!r} chose {arm!r} in round {self.t}; available: {list(self.costs)}"
             )
-        if arm in self.called:
-            return self.called[arm]
+        if arm in self.graded:
+            return self.graded[arm]
         k = self.env.index[arm]
         reward = float(self.draws.rewards[self.t, k])
         cost = float(self.draws.costs[self.t, k])
-        success = reward >= self.threshold
+        shown = reward
+        if self.judged and self.judge is not None and kind != "query":
+            prompt = int(self.draws.prompts[self.t])
+            shown = self.judge.grade(self.draws.seed, prompt, k, reward, self.threshold)
+            judge_cost = float(self.judge.cost[prompt, k])
+            cost += judge_cost
+            self.judge_spent += judge_cost
+            self.judge_calls += 1
+            truth, verdict = reward >= self.threshold, shown >= self.threshold
+            self.false_passes += verdict and not truth
+            self.false_fails += truth and not verdict
+        success = shown >= self.threshold
         self.called[arm] = reward
+        self.graded[arm] = shown
         self.spent += cost
         self.query_calls += kind == "query"
         self.policy.update(
             Observation(
                 embedding=self.embedding,
                 arm=arm,
-                reward=reward,
+                reward=shown,
                 cost=cost,
                 kind=kind,
                 output_embedding=None if self.outputs is None else self.outputs[k],
@@ -103,18 +132,32 @@ class _Round:
                 decision_key=str(self.t),
             )
         )
-        return reward
+        return shown
 
-    def cascade(self, arms: list[str], kind: Any) -> tuple[float, str]:
-        """Call in order until a success; the user gets the best reward seen (first among equals)."""
-        best, delivered = -math.inf, arms[0]
+    def offer(self, arm: str) -> None:
+        """``arm``'s answer replaces the one to deliver when its grade is higher (judged: or equal)."""
+        held = self.delivered
+        if held is None:
+            self.delivered = arm
+            return
+        shown, best = self.graded[arm], self.graded[held]
+        if shown > best or (self.judged and shown == best):
+            self.delivered = arm
+
+    def result(self, threshold: float) -> RoundResult:
+        """The delivered answer's true reward and whether it succeeded."""
+        assert self.delivered is not None
+        reward = self.called[self.delivered]
+        return RoundResult(reward, self.delivered, reward >= threshold)
+
+    def cascade(self, arms: list[str], kind: Any) -> RoundResult:
+        """Call in order until a success (graded, in a judged round); deliver per ``offer``."""
         for step, arm in enumerate(arms):
-            reward = self.call(arm, kind, step, last=step == len(arms) - 1, stop_on_success=True)
-            if reward > best:
-                best, delivered = reward, arm
-            if reward >= self.threshold:
+            shown = self.call(arm, kind, step, last=step == len(arms) - 1, stop_on_success=True)
+            self.offer(arm)
+            if shown >= self.threshold:
                 break
-        return best, delivered
+        return self.result(self.threshold)
 
 
 class RoundResult:
@@ -139,21 +182,22 @@ def _play(
     if not decision.arms:
         return RoundResult(env.dataset.reward_range[0], None, False)
     mode = decision.mode
+    game.judged = game.judge is not None and (
+        mode == "cascade" or (mode == "set" and decision.info.get("reward_model", "awc") == "awc")
+    )
     queries_follow = any(q not in decision.arms for q in decision.query)
     if mode in ("single", "mixture"):
         arm = decision.arms[0]
         reward = game.call(arm, "bandit", 0, last=not queries_follow, stop_on_success=False)
         result = RoundResult(reward, arm, reward >= threshold)
     elif mode == "cascade" and decision.adaptive:
-        best, delivered = -math.inf, decision.arms[0]
         step, current = 0, decision
         while True:
             arm = current.arms[0]
-            reward = game.call(arm, "cascade-step", step, step + 1 >= max_calls, stop_on_success=True)
-            if reward > best:
-                best, delivered = reward, arm
+            shown = game.call(arm, "cascade-step", step, step + 1 >= max_calls, stop_on_success=True)
+            game.offer(arm)
             step += 1
-            if reward >= threshold or step >= max_calls:
+            if shown >= threshold or step >= max_calls:
                 break
             retry = Context(
                 embedding=context.embedding,
@@ -168,17 +212,15 @@ def _play(
             select_ns.append(perf_counter_ns() - start)
             if not current.arms:
                 break
-        result = RoundResult(best, delivered, best >= threshold)
+        result = game.result(threshold)
     elif mode == "cascade":
-        best, delivered = game.cascade(list(decision.arms), "cascade-step")
-        result = RoundResult(best, delivered, best >= threshold)
+        result = game.cascade(list(decision.arms), "cascade-step")
     elif mode == "set":
         reward_model = decision.info.get("reward_model", "awc")
         if reward_model not in REWARD_MODELS:
             raise SimulationError(f"policy {policy.name!r}: unknown reward_model {reward_model!r}")
         if reward_model == "awc":
-            best, delivered = game.cascade(list(decision.arms), "bandit")
-            result = RoundResult(best, delivered, best >= threshold)
+            result = game.cascade(list(decision.arms), "bandit")
         else:
             last = len(decision.arms) - 1
             rewards = [
@@ -222,8 +264,10 @@ def run_policy(
     progress: Callable[[int], None] | None = None,
     progress_every: int = 250,
     round_rng: Callable[[int], np.random.Generator] | None = None,
+    judge: Judge | None = None,
 ) -> Trace:
-    """Replay ``draws`` through ``policy`` (built with the schedule's initial models); see module doc."""
+    """Replay ``draws`` through ``policy`` (built with the schedule's initial models); see module doc.
+    With ``judge`` its grades replace the labels of the rounds it judges."""
     horizon = env.horizon
     reward = np.empty(horizon)
     cost = np.empty(horizon)
@@ -237,6 +281,8 @@ def run_policy(
     cost_target: float | None = None
     select_ns: list[int] = []
     query_rounds = query_calls = 0
+    judged = np.zeros((horizon, 3), dtype=np.int64) if judge is not None else None  # calls, false +, false -
+    judge_cost = np.zeros(horizon) if judge is not None else None
     budget: float | None = env.run_budget
     declared_budget = False
     threshold = env.success_threshold
@@ -269,7 +315,7 @@ def run_policy(
         start = perf_counter_ns()
         decision = policy.select(context)
         select_ns.append(perf_counter_ns() - start)
-        game = _Round(policy, env, draws, t, embeddings[p], costs)
+        game = _Round(policy, env, draws, t, embeddings[p], costs, judge)
         bound = max_calls if max_calls is not None else len(available)
         result = _play(policy, decision, game, context, bound, select_ns, fresh)
         declared = decision_budget_usd(decision)
@@ -278,6 +324,9 @@ def run_policy(
         threshold = game.threshold
         reward[t] = result.reward
         cost[t] = game.spent
+        if judged is not None and judge_cost is not None:
+            judged[t] = (game.judge_calls, game.false_passes, game.false_fails)
+            judge_cost[t] = game.judge_spent
         calls[t] = len(game.called)
         success[t] = result.success
         declined[t] = result.declined
@@ -315,6 +364,8 @@ def run_policy(
         incumbent_cost=draws.costs[rounds, incumbent],
         floor_over_target=over_target,
         cost_target=cost_target,
+        judged=judged,
+        judge_cost=judge_cost,
     )
 
 

@@ -15,7 +15,8 @@ class Trace:
         the oracle's true mean utility, how many calls were made, whether the round succeeded, whether the
         policy declined. Plus query counts, ``select`` wall times (ns), the per-round budget in USD the trace is
     judged against (the last one the policy declared, else the run's), whether the policy declared it, and the
-    success threshold of its last round."""
+    success threshold of its last round. With a judge: per round the judged calls, false passes and false
+    fails ``judged`` (T, 3), and the USD paid to the judge ``judge_cost`` (already part of ``cost``)."""
 
     reward: np.ndarray
     cost: np.ndarray
@@ -37,6 +38,9 @@ class Trace:
     # and the target the decisions named (``info["cost_target"]``, the last one)
     floor_over_target: np.ndarray | None = None
     cost_target: float | None = None
+    # a simulated judge's calls per round (calls, false passes, false fails) and their cost
+    judged: np.ndarray | None = None
+    judge_cost: np.ndarray | None = None
 
 
 def fixed_choice_trace(env: ReplayEnv, draws: SeedDraws, choice: np.ndarray) -> Trace:

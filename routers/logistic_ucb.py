@@ -20,6 +20,21 @@ into the arm's model at the same prompt before the next decision (the inner-step
 lowers that arm's q_a and usually escalates to a stronger model. An empty ``arms`` means stop (also
 possible before the first call: the prompt is declined).
 
+A judge that can be wrong (``judge_tpr``, ``judge_tnr``: its measured true-positive and true-negative
+rates, 1.0 = trust the verdict). An observed reward is then a judge's verdict v, not the outcome. With p the
+arm's current estimate sigma(x^T theta_a) at the prompt (without the bonus), Bayes' rule gives
+
+    P(success | v = 1) = TPR p / (TPR p + (1 - TNR)(1 - p))
+    P(success | v = 0) = (1 - TPR) p / ((1 - TPR) p + TNR (1 - p))
+
+and the update folds that posterior as the (soft) label of Eq. 4 in place of v: a graded v in [0, 1] is
+read as the probability of a pass, r = v P(success | 1) + (1 - v) P(success | 0) (``judged_success``).
+So q_a estimates the success probability of the answers, not the judge's pass rate, and the stop of
+Eq. 2 (max_a q_a - lambda c_a <= 0) and the choice argmin c_a / q_a read the corrected estimate. At
+TPR = TNR = 1 the posterior is v itself. A verdict of a judge that cannot give it (a zero denominator) says
+nothing: r = p. A step's record still ends on the verdict (v >= 1), as the caller stops on it; warm-start
+logs (``offline``) are labels, folded uncorrected.
+
 Exploration phase (Alg. 1 lines 1-5): while a candidate arm has fewer than ``tau_exp`` observations, a step
 calls one uniformly chosen such arm once and stops. ``per_step_update=True`` is Algorithm 2: estimates stay
 frozen during a step and the step's observations are folded when it ends.
@@ -66,6 +81,7 @@ from routers.hyperparameters import (
     DIM_DESCRIPTION,
     Count,
     Dim,
+    Fraction,
     Hyperparameters,
     NonNegative,
     Positive,
@@ -90,6 +106,20 @@ class CascadeHyperparameters(Hyperparameters):
         default_factory=dict, description="{model: USD per call} when Context.costs lacks one"
     )
     allow_repeat: bool = Field(False, description="may call a model already tried for the prompt")
+
+
+def judged_success(p: float, verdict: float, tpr: float, tnr: float) -> float:
+    """P(success | verdict) by Bayes' rule for a judge of true-positive rate ``tpr`` and true-negative rate
+    ``tnr`` and a prior success probability ``p`` (module doc); a graded verdict in [0, 1] mixes the two
+    posteriors. A verdict the judge cannot give (zero denominator) leaves ``p``."""
+
+    def posterior(hit: float, miss: float) -> float:
+        evidence = hit * p + miss * (1.0 - p)
+        return hit * p / evidence if evidence > 0 else p
+
+    passed = posterior(tpr, 1.0 - tnr)
+    failed = posterior(1.0 - tpr, tnr)
+    return verdict * passed + (1.0 - verdict) * failed
 
 
 def call_budget(context: Context, default: int) -> int:
@@ -140,6 +170,8 @@ class PromptWiseHyperparameters(CascadeHyperparameters):
     max_points: PositiveCount = Field(256, description="RBF points kept per arm")
     scale_rbf_bonus: bool = False
     max_open_decisions: PositiveCount = Field(1024, description="LRU bound on per-decision records")
+    judge_tpr: Fraction = Field(1.0, description="the judge's measured true-positive rate (1: trust it)")
+    judge_tnr: Fraction = Field(1.0, description="the judge's measured true-negative rate (1: trust it)")
 
 
 class PromptWise(PolicyBase):
@@ -155,7 +187,9 @@ class PromptWise(PolicyBase):
     ``bias`` appends a constant feature, rescaled so ||x|| <= 1 (False, as the paper); ``dim``;
     ``kernel`` "linear" or "rbf" with ``bandwidth`` sigma (1.0), ``kernel_reg`` alpha_reg (1.0),
     ``max_points`` (256) and ``scale_rbf_bonus`` (multiply B(x) by alpha as the public code does; False);
-    ``max_open_decisions`` (1024) the LRU bound on per-decision records (see the module doc).
+    ``max_open_decisions`` (1024) the LRU bound on per-decision records (see the module doc);
+    ``judge_tpr`` / ``judge_tnr`` (1.0) the judge's measured rates, for the Bayes correction of the module
+    doc.
     """
 
     name: ClassVar[str] = "promptwise"
@@ -175,6 +209,7 @@ class PromptWise(PolicyBase):
         self.update_mode, self.refit_growth, self.max_history = p.update, p.refit_growth, p.max_history
         self.kernel, self.bandwidth, self.kernel_reg = p.kernel, p.bandwidth, p.kernel_reg
         self.max_points, self.scale_rbf_bonus = p.max_points, p.scale_rbf_bonus
+        self.judge_tpr, self.judge_tnr = p.judge_tpr, p.judge_tnr
         self._models: dict[str, ArmModel] = {}
         # per decision key, least recently updated first
         self._steps: OrderedDict[str | None, OpenStep] = OrderedDict()
@@ -279,15 +314,19 @@ class PromptWise(PolicyBase):
         """Fold one call's outcome r in [0, 1] (``bandit`` or ``cascade-step``; a ``query`` too) into the
         arm's model at this prompt, and into its decision's record (see the module doc). Under
         ``per_step_update`` it waits for the step to end. An ``offline`` outcome (a warm-start log row)
-        belongs to no decision: it goes into the arm's model at once."""
+        belongs to no decision: it goes into the arm's model at once. With a judge's rates below 1 the
+        label folded is the posterior success probability of the verdict (``judged_success``)."""
         if observation.reward is None or observation.arm not in self._arms:
             return
         arm, key = observation.arm, observation.decision_key
         x = self._features(observation.embedding)
-        r = min(max(float(observation.reward), 0.0), 1.0)
+        verdict = r = min(max(float(observation.reward), 0.0), 1.0)
         if observation.kind == "offline":  # a logged outcome: part of no cascade step, folded at once
             self._models[arm].observe(x, r)
             return
+        if self.judge_tpr < 1.0 or self.judge_tnr < 1.0:
+            prior = float(expit(self._models[arm].logit(x)[0]))
+            r = judged_success(prior, verdict, self.judge_tpr, self.judge_tnr)
         step = self._steps.pop(key, None)  # re-inserted last: the most recently updated
         if step is None and key is None:  # unkeyed feedback outside a step opened by a select
             self._models[arm].observe(x, r)
@@ -303,7 +342,7 @@ class PromptWise(PolicyBase):
             step.pending.append((arm, x, r))
         self._steps[key] = step
         every_arm = not self.allow_repeat and step.arms.issuperset(self._arms)
-        if not step.explored and (r >= 1.0 or step.calls >= self.max_calls or every_arm):
+        if not step.explored and (verdict >= 1.0 or step.calls >= self.max_calls or every_arm):
             self._close(key)
         while len(self._steps) > self.max_open_decisions:
             self._close(next(iter(self._steps)))

@@ -84,3 +84,26 @@ def test_mixing_frontier_keeps_the_upper_left_hull() -> None:
 def test_frontier_refuses_a_spec_that_sets_the_swept_key(tiny_set: Path, tmp_path: Path) -> None:
     argv = ["frontier", "--dataset", str(tiny_set), "--policy", "linucb:cost_target=0.003", "--quiet"]
     assert main([*argv, "--out", str(tmp_path / "f")]) == 2
+
+
+def test_frontier_sweeps_judge_quality_one_curve_per_judge(tiny_set: Path, tmp_path: Path) -> None:
+    argv = ["frontier", "--dataset", str(tiny_set), "--policy", "greedy-till-succeed", "--fractions", "0.5"]
+    argv += ["--seeds", "2", "--lambda-points", "2", "--quiet"]
+    assert main([*argv, "--out", str(tmp_path / "plain")]) == 0
+    perfect, wrong = "verdict:model=A", "verdict:tpr=0,tnr=0,model=A"
+    judged = [*argv, "--judge", perfect, "--judge", wrong, "--out", str(tmp_path / "judged")]
+    assert main(judged) == 0
+    plain = json.loads((tmp_path / "plain" / "frontier.json").read_text())["policies"]
+    report = json.loads((tmp_path / "judged" / "frontier.json").read_text())
+    assert [j["spec"] for j in report["judges"]] == [perfect, wrong]
+    curves = report["policies"]
+    assert sorted(curves) == sorted(f"greedy-till-succeed | judge {j}" for j in (perfect, wrong))
+    # a perfect judge plays the labels' rounds and pays A's 0.001 per judged answer on top
+    graded_curve = curves[f"greedy-till-succeed | judge {perfect}"]
+    for bare, graded in zip(plain["greedy-till-succeed"], graded_curve, strict=True):
+        assert graded["judge"] == perfect
+        assert graded["reward"] == pytest.approx(bare["reward"])
+        assert graded["cost"] >= bare["cost"] + 0.001 - 1e-12
+    # a judge that is always wrong passes the first answer whatever it is: one call per round
+    for point in curves[f"greedy-till-succeed | judge {wrong}"]:
+        assert 0.001 + 0.001 - 1e-12 <= point["cost"] <= 0.004 + 0.001 + 1e-12

@@ -206,9 +206,10 @@ def _as_written_now(state: Any) -> Any:
     """A legacy state in the format the current code writes, with the changes made on purpose since it
     was saved: the cost pacer remembers its ``recent`` decision keys (one request per decision), a retry
     cascade is a ``PolicyWrapper`` (``config`` and ``seed`` at the top), a kNN policy's config names its
-    vectors' ``precision`` (float32 for a state saved without it), and the conservative wrapper's config
+    vectors' ``precision`` (float32 for a state saved without it), the conservative wrapper's config
     names its ``incumbent_by`` and ``objective`` (price, reward: what a state saved without them did) and
-    its state holds the per-context ``charged`` sums (none)."""
+    its state holds the per-context ``charged`` sums (none), and PromptWise's config names its judge's
+    rates ``judge_tpr`` / ``judge_tnr`` (1.0, trust the verdict, without them)."""
     if isinstance(state, list):
         return [_as_written_now(item) for item in state]
     if not isinstance(state, dict):
@@ -216,6 +217,8 @@ def _as_written_now(state: Any) -> Any:
     state = {key: _as_written_now(value) for key, value in state.items()}
     if state.get("policy") in ("knn-ucb", "balrog") and "precision" not in state["config"]:
         state["config"]["precision"] = "float32"
+    if state.get("policy") in ("promptwise", "promptwise-rbf") and "judge_tpr" not in state["config"]:
+        state["config"] = {**state["config"], "judge_tpr": 1.0, "judge_tnr": 1.0}
     if "multiplier" in state and "spent" in state and "recent" not in state:
         state["recent"] = []
     conservative = state.get("conservative")

@@ -247,3 +247,56 @@ def test_an_offline_log_row_is_folded_at_once_and_opens_no_decision():
     # no pending Alg. 2 step: the row is in the arm's model now, and no record is kept for its key
     assert policy.explain("o3-mini", EYE[1].astype(np.float64), 1.0)["n"] == n_before + 1
     assert policy.state_dict()["learned"]["steps"] == []
+
+
+def test_judged_success_is_bayes_rule_on_the_verdict():
+    from routers.logistic_ucb import judged_success
+
+    # p = 0.3, TPR 0.8, TNR 0.9: pass -> 0.24 / (0.24 + 0.1 * 0.7) = 0.24 / 0.31;
+    # fail -> 0.2 * 0.3 / (0.06 + 0.9 * 0.7) = 0.06 / 0.69
+    assert judged_success(0.3, 1.0, 0.8, 0.9) == pytest.approx(0.24 / 0.31)
+    assert judged_success(0.3, 0.0, 0.8, 0.9) == pytest.approx(0.06 / 0.69)
+    # a graded verdict mixes the two posteriors
+    assert judged_success(0.3, 0.25, 0.8, 0.9) == pytest.approx(0.25 * 0.24 / 0.31 + 0.75 * 0.06 / 0.69)
+    # a trusted judge: the posterior is the verdict; a pass from a judge that never passes says nothing
+    assert judged_success(0.3, 1.0, 1.0, 1.0) == 1.0 and judged_success(0.3, 0.0, 1.0, 1.0) == 0.0
+    assert judged_success(0.3, 1.0, 0.0, 1.0) == 0.3
+
+
+def test_a_verdict_is_folded_as_its_posterior_success_probability():
+    from routers.logistic_fit import LinearLogisticArm
+
+    policy = PromptWise(["a"], seed=0, prices={"a": 0.001}, judge_tpr=0.6, judge_tnr=0.95, dim=2)
+    x = np.array([1.0, 0.0])
+    policy.update(Observation(embedding=x, arm="a", reward=0.0))
+    # a fresh arm's estimate is sigma(0) = 0.5: P(success | fail) = 0.4 * 0.5 / (0.4 * 0.5 + 0.95 * 0.5)
+    reference = LinearLogisticArm(2, 1.0, False, 1.5, 20000)
+    reference.observe(x, 0.2 / 0.675)
+    np.testing.assert_allclose(policy._models["a"].theta, reference.theta)
+    trusted = PromptWise(["a"], seed=0, prices={"a": 0.001}, dim=2)
+    trusted.update(Observation(embedding=x, arm="a", reward=0.0))
+    assert trusted._models["a"].theta[0] < policy._models["a"].theta[0] < 0
+
+
+def test_correcting_for_the_judge_changes_where_the_cascade_stops():
+    """Six fail verdicts of the strong model at X: trusted, its q falls below lambda c = 0.3 and the cascade
+    stops after the cheap model failed; a judge of TPR 0.6 fails right answers often, so the same verdicts
+    leave q above 0.3 and the cascade calls the strong model."""
+    stops = {}
+    for tpr in (1.0, 0.6):
+        policy = PromptWise(
+            ["cheap", "strong"],
+            seed=0,
+            prices={"cheap": 0.001, "strong": 0.01},
+            cost_weight=30.0,
+            tau_exp=0,
+            alpha=0.5,
+            judge_tpr=tpr,
+            judge_tnr=0.95,
+        )
+        for _ in range(6):
+            policy.update(Observation(embedding=np.array([1.0, 0.0]), arm="strong", reward=0.0))
+        decision = policy.select(Context(embedding=np.array([1.0, 0.0]), tried=("cheap",), decision_key="k"))
+        stops[tpr] = (decision.arms, decision.scores["strong"]["q"])
+    assert stops[1.0][0] == [] and stops[1.0][1] < 0.3
+    assert stops[0.6][0] == ["strong"] and stops[0.6][1] > 0.3
