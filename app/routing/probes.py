@@ -24,37 +24,11 @@ from app.routing.answers import Forwarded, contents, path_for
 from app.routing.costs import answer_cost
 from app.routing.fallback import load_target
 from app.routing.feedback import Outcome, record_feedback
+from app.routing.probe_tasks import ProbeRunner
 from app.schemas import FeedbackAccepted, RouteRequest, RouteResponse
 from app.store.models import DecisionRow, FeedbackEvent, Probe, Tenant
 
 log = logging.getLogger(__name__)
-
-
-class ProbeRunner:
-    """The background probe tasks of one process, bounded by a semaphore."""
-
-    def __init__(self, concurrency: int) -> None:
-        self.semaphore = asyncio.Semaphore(concurrency)
-        self.tasks: set[asyncio.Task[None]] = set()
-
-    def start(self, work: Any) -> None:
-        task = asyncio.get_running_loop().create_task(work)
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
-
-    async def drain(self) -> None:
-        """Wait for every probe started so far (tests, shutdown)."""
-        while self.tasks:
-            await asyncio.gather(*list(self.tasks), return_exceptions=True)
-
-    async def close(self, grace_s: float = 0.0) -> None:
-        """Let running probes finish for up to ``grace_s`` (a rolling restart keeps their answers), then
-        cancel what is left."""
-        if self.tasks and grace_s > 0:
-            await asyncio.wait(list(self.tasks), timeout=grace_s)
-        for task in list(self.tasks):
-            task.cancel()
-        await asyncio.gather(*list(self.tasks), return_exceptions=True)
 
 
 def runner(ctx: AppContext) -> ProbeRunner:
