@@ -9,8 +9,8 @@ from app.api.contract import documented
 from app.api.deps import Ctx, CurrentTenant, Session
 from app.context import AppContext
 from app.input_types import DbInt
-from app.routing import feedback as events
 from app.routing import probes
+from app.routing.feedback import FeedbackReport, record_feedback
 from app.schemas import (
     FeedbackAccepted,
     FeedbackBatch,
@@ -28,8 +28,8 @@ async def accept(
     ctx: AppContext, session: Session, tenant: Tenant, bodies: list[FeedbackRequest]
 ) -> list[FeedbackAccepted]:
     """Record the events (app/routing/feedback.py), then mark the probes their query rewards answer."""
-    outcomes = [events.Outcome(**body.model_dump()) for body in bodies]
-    accepted = await events.record_feedback(ctx, tenant, outcomes)
+    reports = [FeedbackReport(**body.model_dump()) for body in bodies]
+    accepted = await record_feedback(ctx, tenant, reports)
     await probes.mark_answered(session, accepted)
     return accepted
 

@@ -35,7 +35,8 @@ async def route(
     the chosen backend with ``request`` (falling back to the policy's next choice when it fails) and
     returns its answer, the call's cost and every attempt."""
     if not body.forward:
-        return await decide.route(ctx, session, tenant, body)
+        response, _ = await decide.decide(ctx, session, tenant, body)
+        return response
     assert body.request is not None
     if body.request.get("stream"):
         raise HTTPException(

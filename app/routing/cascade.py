@@ -24,7 +24,7 @@ from app.context import AppContext
 from app.jsonable import jsonable
 from app.routing.decide import decision_rng, expected_costs
 from app.routing.errors import Invalid, NotFound
-from app.routing.feedback import Outcome, record_feedback
+from app.routing.feedback import FeedbackReport, record_feedback
 from app.schemas import CascadeNextRequest, CascadeNextResponse
 from app.store.models import DecisionRow, Router, Tenant
 from routers.base import Context, Decision
@@ -71,7 +71,7 @@ async def next_step(
     if failed is None:
         raise Invalid("the decision called no model; name the step's model")
     if body.reward is not None or body.cost is not None:
-        step = Outcome(
+        step = FeedbackReport(
             decision_id=decision_id,
             model=failed,
             kind="cascade-step",

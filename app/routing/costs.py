@@ -1,4 +1,4 @@
-"""The cost of an answer (its usage at the backend's prices, else characters / 4) and ``settle``: the
+"""The cost of an answer (its usage at the backend's prices, else characters / 4) and ``record_call``: the
 attempts, who answered and the cost event, in one ledger transaction (app/store/ledger.py)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from app.backends import AttemptRecord, Target
 from app.context import AppContext
 from app.routing.answers import IMAGE_PATH, answer_chars
 from app.routing.decide import PendingDecision
-from app.routing.feedback import Outcome, store_feedback
+from app.routing.feedback import FeedbackReport, store_feedback
 from app.schemas import RouteRequest
 from app.store.ledger import LedgerWrite
 from app.store.models import DecisionRow, Tenant
@@ -50,7 +50,7 @@ def usage_tokens(usage: Any, prompt_chars: int, answer_chars: int) -> tuple[int,
     return whole_tokens(prompt_chars), whole_tokens(answer_chars)
 
 
-async def settle(
+async def record_call(
     ctx: AppContext,
     session: AsyncSession,
     tenant: Tenant,
@@ -100,7 +100,7 @@ async def settle(
 
 async def cost_event(
     ctx: AppContext, decision_id: str, model: str, cost: float, output_text: str | None
-) -> Outcome:
+) -> FeedbackReport:
     """The cost event of an answer; a mixture router's answer (``output_text``) embedded now, not
     inside the write transaction (an answer over ``max_prompt_chars`` is left for ``store_feedback``
     to refuse)."""
@@ -108,7 +108,7 @@ async def cost_event(
     if output_text is not None and len(output_text) <= ctx.settings.max_prompt_chars:
         vector, _ = await ctx.embeddings.embed(output_text)
         embedding, output_text = [float(v) for v in vector], None
-    return Outcome(
+    return FeedbackReport(
         decision_id=decision_id,
         model=model,
         kind="cost",

@@ -63,12 +63,6 @@ def decision_rng(seed: int, decision_id: str, request_seed: int | None = None) -
     return KeyedRng(seed, decision_key(decision_id, request_seed))
 
 
-async def route(
-    ctx: AppContext, session: AsyncSession, tenant: Tenant, request: RouteRequest
-) -> RouteResponse:
-    return (await decide(ctx, session, tenant, request))[0]
-
-
 def prompt_text(ctx: AppContext, request: RouteRequest) -> str:
     """The request's text to embed; 413 above ``max_prompt_chars``, 422 when empty."""
     text = request.text()
@@ -157,7 +151,8 @@ class PendingDecision:
 async def decide(
     ctx: AppContext, session: AsyncSession, tenant: Tenant, request: RouteRequest
 ) -> tuple[RouteResponse, Router]:
-    """``route``, also returning the router it resolved (forwarding needs its judge)."""
+    """Choose and write a decision (``POST /route``); also the router it resolved (forwarding needs
+    its judge)."""
     response, router, pending = await choose(ctx, session, tenant, request)
     await log_decision(ctx, session, tenant, pending)
     return response, router

@@ -12,7 +12,7 @@ from app.context import AppContext
 from app.routing.answers import Forwarded, Member
 from app.routing.costs import answer_cost, attempt_rows, save_attempts
 from app.routing.fallback import gave_up, load_target
-from app.routing.feedback import Outcome, resolve_feedback, store_feedback
+from app.routing.feedback import FeedbackReport, resolve_feedback, store_feedback
 from app.schemas import RouteRequest, RouteResponse
 from app.store.db import commit_if_used
 from app.store.ledger import LedgerWrite
@@ -65,7 +65,8 @@ async def forward_ensemble(
     first, payload, cost = answered[0]
     marks = {"answered_by": first.name, "ensemble": [t.name for t, _, _ in answered]}
     costs = [
-        Outcome(decision_id=route.decision_id, model=t.name, kind="cost", cost=c) for t, _, c in answered
+        FeedbackReport(decision_id=route.decision_id, model=t.name, kind="cost", cost=c)
+        for t, _, c in answered
     ]
     resolved = await resolve_feedback(ctx, tenant, costs)
     write = LedgerWrite(info=(route.decision_id, marks), attempts=attempt_rows(route.decision_id, attempts))

@@ -23,10 +23,10 @@ from app.backends import AttemptRecord, BackendClient, Target
 from app.context import AppContext
 from app.routing.answers import CHAT_PATH, Forwarded, JudgedStep, answer_text
 from app.routing.cascade import next_step
-from app.routing.costs import answer_cost, settle
+from app.routing.costs import answer_cost, record_call
 from app.routing.errors import BackendsFailed
 from app.routing.fallback import call_with_fallback
-from app.routing.feedback import Outcome, record_feedback
+from app.routing.feedback import FeedbackReport, record_feedback
 from app.schemas import CascadeNextRequest, RouteRequest, RouteResponse
 from app.store.models import Router, Tenant
 
@@ -63,7 +63,7 @@ async def judged_cascade(
         reward = None if verdict.score is None else reward_for(verdict.score, router)
         if verdict.score is None or verdict.passed or len(steps) >= ctx.settings.judge_max_steps:
             if reward is not None:
-                step = Outcome(
+                step = FeedbackReport(
                     decision_id=route.decision_id, model=target.name, kind="cascade-step", reward=reward
                 )
                 await record_feedback(ctx, tenant, [step])
@@ -86,7 +86,7 @@ async def judged_cascade(
         assert isinstance(answer, dict)
         payload = answer
         cost = answer_cost(target, request, payload, CHAT_PATH)
-        await settle(ctx, session, tenant, route.decision_id, target, step_attempts, cost)
+        await record_call(ctx, session, tenant, route.decision_id, target, step_attempts, cost)
         all_attempts.extend(step_attempts)
     return Forwarded(route, target, payload, sum(s.cost for s in steps), all_attempts, judged=steps)
 

@@ -23,7 +23,7 @@ from app.context import AppContext
 from app.routing.answers import Forwarded, contents, path_for
 from app.routing.costs import answer_cost
 from app.routing.fallback import load_target
-from app.routing.feedback import Outcome, record_feedback
+from app.routing.feedback import FeedbackReport, record_feedback
 from app.routing.probe_tasks import ProbeRunner
 from app.schemas import FeedbackAccepted, RouteRequest, RouteResponse
 from app.store.models import DecisionRow, FeedbackEvent, Probe, Tenant
@@ -135,7 +135,7 @@ async def _call_and_store(ctx: AppContext, job: ProbeJob) -> None:
         if await session.scalar(select(query_reward(route.decision_id, model))):
             await session.execute(update(Probe).where(Probe.id == probe.id).values(status="answered"))
             await session.commit()
-        feedback = Outcome(decision_id=route.decision_id, model=model, kind="cost", cost=cost)
+        feedback = FeedbackReport(decision_id=route.decision_id, model=model, kind="cost", cost=cost)
         await record_feedback(ctx, tenant, [feedback])
 
 

@@ -25,7 +25,7 @@ from app.routing.answers import (
     estimated_usage,
     mixture_output,
 )
-from app.routing.costs import settle, usage_tokens
+from app.routing.costs import record_call, usage_tokens
 from app.routing.decide import decide
 from app.routing.fallback import call_with_fallback
 from app.routing.forward import forward_json
@@ -155,7 +155,7 @@ async def forward_stream(
                 try:
                     async with ctx.sessionmaker() as own:
                         output = mixture_output(route.mode, "".join(seen.get("text", [])))
-                        await settle(ctx, own, tenant, route.decision_id, target, attempts, cost, output)
+                        await record_call(ctx, own, tenant, route.decision_id, target, attempts, cost, output)
                 except Exception:
                     log.exception("recording the stream of decision %s failed", route.decision_id)
         if outcome == "connection":

@@ -89,7 +89,7 @@ Read = CountsRead | DecisionsRead
 Queued = PreparedWrite | Read
 Counts = tuple[int, int]
 # a write's feedback ids, a read's counts or decisions, or its error
-Outcome = list[int | None] | Counts | list[DecisionRow] | BaseException
+Served = list[int | None] | Counts | list[DecisionRow] | BaseException
 
 
 def split(batch: Sequence[Queued]) -> tuple[list[tuple[int, Read]], list[tuple[int, PreparedWrite]]]:
@@ -116,7 +116,7 @@ def read_outcomes(
     reads: Sequence[tuple[int, Read]],
     results: Sequence[tuple[type[Read], Sequence[Sequence[Any]]]],
     dialect_name: str,
-) -> dict[int, Outcome]:
+) -> dict[int, Served]:
     """Each read's outcome by its position, from the rows its ``read_statements`` returned: a
     counter's (decisions, query rounds), (0, 0) for a router never counted; a ``DecisionsRead``'s
     decisions in the order asked, each once, the tenant's only (detached rows: the ORM's values)."""
@@ -130,7 +130,7 @@ def read_outcomes(
             else:
                 decision = DecisionRow(**rows.attributes(record))
                 decisions[decision.id] = decision
-    outcomes: dict[int, Outcome] = {}
+    outcomes: dict[int, Served] = {}
     for i, read in reads:
         if isinstance(read, CountsRead):
             outcomes[i] = counts.get(read.router_id, (0, 0))
@@ -286,13 +286,13 @@ def drain(
 
 def answered(
     size: int,
-    reads: Mapping[int, Outcome],
+    reads: Mapping[int, Served],
     writes: Sequence[tuple[int, PreparedWrite]],
-    committed: Sequence[Outcome],
-) -> list[Outcome]:
+    committed: Sequence[Served],
+) -> list[Served]:
     """Each item's outcome in the batch's order: a read's (``read_outcomes``), a write's feedback ids
     or error."""
-    outcomes: list[Outcome] = [LedgerError("not served") for _ in range(size)]
+    outcomes: list[Served] = [LedgerError("not served") for _ in range(size)]
     for i, outcome in reads.items():
         outcomes[i] = outcome
     for (i, _), outcome in zip(writes, committed, strict=True):
@@ -300,7 +300,7 @@ def answered(
     return outcomes
 
 
-def settle(pairs: Iterable[tuple[asyncio.Future[Any], Outcome]]) -> None:
+def hand_back(pairs: Iterable[tuple[asyncio.Future[Any], Served]]) -> None:
     """Hand each outcome to its waiting caller (a caller that went away has a done future: skipped)."""
     for future, outcome in pairs:
         if future.done():

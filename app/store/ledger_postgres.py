@@ -34,16 +34,16 @@ from app.store.ledger import (
     Ledger,
     LedgerClosed,
     LedgerError,
-    Outcome,
     PreparedWrite,
     Queued,
+    Served,
     answered,
     drain,
     feedback_ids,
+    hand_back,
     merged_counts,
     read_outcomes,
     read_statements,
-    settle,
     split,
 )
 from app.store.models import Attempt, DecisionRow, FeedbackEvent
@@ -143,9 +143,9 @@ class PostgresLedger(Ledger):
                 first, self._queue.get_nowait, asyncio.QueueEmpty, self._max_batch, MAX_PARAMETERS
             )
             outcomes = await self._serve([item for item, _ in batch])
-            settle((future, outcome) for (_, future), outcome in zip(batch, outcomes, strict=True))
+            hand_back((future, outcome) for (_, future), outcome in zip(batch, outcomes, strict=True))
 
-    async def _serve(self, batch: Sequence[Queued]) -> list[Outcome]:
+    async def _serve(self, batch: Sequence[Queued]) -> list[Served]:
         """The batch's reads (``read_statements``, before its writes), then its writes (one statement)."""
         reads, writes = split(batch)
         try:
@@ -160,13 +160,13 @@ class PostgresLedger(Ledger):
             return [LedgerError(f"the ledger failed: {exc}") for _ in batch]
         return answered(len(batch), found, writes, committed)
 
-    async def _commit(self, batch: Sequence[PreparedWrite]) -> list[Outcome]:
+    async def _commit(self, batch: Sequence[PreparedWrite]) -> list[Served]:
         try:
             return list(await self._statement(batch))
         except asyncpg.PostgresError as exc:
             if len(batch) == 1:
                 return [LedgerError(f"Postgres refused the write: {exc}")]
-        outcomes: list[Outcome] = []
+        outcomes: list[Served] = []
         for write in batch:  # the batch failed: each write alone, so one bad write fails only itself
             try:
                 outcomes.extend(await self._statement([write]))
