@@ -10,6 +10,7 @@ from app.api.contract import documented
 from app.api.deps import Ctx, CurrentTenant, Session
 from app.input_types import DecisionId
 from app.routing import cascade, decide, forward, probes
+from app.routing.turn import routed_turn
 from app.schemas import (
     AttemptOut,
     CascadeNextRequest,
@@ -35,16 +36,16 @@ async def route(
     the chosen backend with ``request`` (falling back to the policy's next choice when it fails) and
     returns its answer, the call's cost and every attempt."""
     if not body.forward:
-        response, _ = await decide.decide(ctx, session, tenant, body)
-        return response
+        return await decide.decide(await routed_turn(ctx, session, tenant, body))
     assert body.request is not None
     if body.request.get("stream"):
         raise HTTPException(
             status.HTTP_422_UNPROCESSABLE_CONTENT,
             "streaming is served by POST /v1/chat/completions; /route forwards without 'stream'",
         )
-    done = await forward.forward_json(ctx, session, tenant, body, body.request)
-    probes.schedule(ctx, tenant, body, done.route, body.request, probes.answered_by(done))
+    turn = await routed_turn(ctx, session, tenant, body, body.request)
+    done = await forward.forward_json(turn)
+    probes.schedule(turn, probes.answered_by(done))
     return ForwardedRouteResponse(
         **done.route.model_dump(),
         backend=done.target.name,

@@ -6,15 +6,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import set_committed_value
 
 from app import metrics
 from app.backends import AttemptRecord, Target
 from app.context import AppContext
 from app.routing.answers import IMAGE_PATH, answer_chars
-from app.routing.decide import PendingDecision
 from app.routing.feedback import FeedbackReport, store_feedback
+from app.routing.turn import PendingDecision, Turn
 from app.schemas import RouteRequest
 from app.store.ledger import LedgerWrite
 from app.store.models import DecisionRow, Tenant
@@ -23,16 +22,14 @@ from routers.replay_format import whole_tokens
 log = logging.getLogger(__name__)
 
 
-async def save_attempts(
-    ctx: AppContext,
-    decision_id: str,
-    attempts: list[AttemptRecord],
-    pending: PendingDecision | None = None,
-) -> None:
-    """Commit the attempts (and the decision first when it is still ``pending``) through the ledger."""
+async def save_attempts(turn: Turn, attempts: list[AttemptRecord]) -> None:
+    """Commit the attempts (and the turn's decision first when it is still pending) through the
+    ledger."""
+    pending = turn.pending
     write = pending.write() if pending is not None else LedgerWrite()
-    write.attempts = attempt_rows(decision_id, attempts)
-    await ctx.ledger.write(write)
+    write.attempts = attempt_rows(turn.decided.decision_id, attempts)
+    await turn.ctx.ledger.write(write)
+    turn.pending = None
 
 
 def attempt_rows(decision_id: str, attempts: list[AttemptRecord]) -> list[dict[str, Any]]:
@@ -51,18 +48,14 @@ def usage_tokens(usage: Any, prompt_chars: int, answer_chars: int) -> tuple[int,
 
 
 async def record_call(
-    ctx: AppContext,
-    session: AsyncSession,
-    tenant: Tenant,
-    decision_id: str,
+    turn: Turn,
     target: Target,
     attempts: list[AttemptRecord],
     cost: float | None,
     output_text: str | None = None,
-    pending: PendingDecision | None = None,
 ) -> None:
     """Store the attempts, mark who answered, and record the cost event (when the call completed), in
-    one ledger transaction; a ``pending`` decision (a forwarded request's) is written in it too,
+    one ledger transaction; the turn's pending decision (a forwarded request's) is written in it too,
     already marked, with its counter's increment, so a forwarded request commits once. For mixture
     routers the event also carries the answer, which the gateway embeds. The answer does not wait for
     the event to come back over the bus: the policy still learns it only from the stream, in stream
@@ -70,6 +63,8 @@ async def record_call(
 
     Everything that may wait on something else (the router from the catalog, a mixture answer's
     embedding) happens before the write."""
+    ctx, session, tenant, pending = turn.ctx, turn.session, turn.tenant, turn.pending
+    decision_id = turn.decided.decision_id
     # the session that decided holds a stored decision already
     stored = await session.get(DecisionRow, decision_id) if pending is None else None
     if pending is None and stored is None:
@@ -95,6 +90,7 @@ async def record_call(
         await ctx.ledger.write(write)
     else:
         await store_feedback(ctx, tenant, [(feedback, row, router, target.name)], wait=False, alongside=write)
+    turn.pending = None
     count_logged(tenant, pending)
 
 

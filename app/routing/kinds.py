@@ -3,12 +3,9 @@ could reach serves its path, instead of being routed to a backend that cannot an
 
 from __future__ import annotations
 
-from app.context import AppContext
 from app.routing.answers import IMAGE_PATH
-from app.routing.decide import resolve_router
 from app.routing.errors import Invalid
-from app.schemas import RouteRequest
-from app.store.models import Tenant
+from app.routing.turn import Turn
 
 WHAT = {
     "chat": "chat completions (POST /v1/chat/completions)",
@@ -21,18 +18,17 @@ def kind_for(path: str) -> str:
     return "image" if path == IMAGE_PATH else "chat"
 
 
-async def check_serves(
-    ctx: AppContext, tenant: Tenant, request: RouteRequest, path: str, backend: str | None = None
-) -> None:
-    """Invalid unless ``backend`` (a direct call) or at least one arm the request may reach (its
+async def check_serves(turn: Turn, path: str, backend: str | None = None) -> None:
+    """Invalid unless ``backend`` (a direct call) or at least one arm the turn's request may reach (its
     router's arms, narrowed to ``candidates``) is of the kind ``path`` needs."""
     needed = kind_for(path)
     if backend is not None:
         what, names = f"backend {backend!r}", [backend]
     else:
-        router = await resolve_router(ctx, tenant, request.router)
-        what, names = f"router {router.name!r}", list(request.candidates or router.arms)
-    kinds = {b.kind for b in await ctx.catalog.backends(names)}
+        router = turn.router
+        assert router is not None, "a routed turn has its router"
+        what, names = f"router {router.name!r}", list(turn.request.candidates or router.arms)
+    kinds = {b.kind for b in await turn.ctx.catalog.backends(names)}
     if not kinds or needed in kinds:
         return
     has = " and ".join(sorted(kinds))

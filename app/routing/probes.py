@@ -25,6 +25,7 @@ from app.routing.costs import answer_cost
 from app.routing.fallback import load_target
 from app.routing.feedback import FeedbackReport, record_feedback
 from app.routing.probe_tasks import ProbeRunner
+from app.routing.turn import Turn
 from app.schemas import FeedbackAccepted, RouteRequest, RouteResponse
 from app.store.models import DecisionRow, FeedbackEvent, Probe, Tenant
 
@@ -37,21 +38,17 @@ def runner(ctx: AppContext) -> ProbeRunner:
     return ctx.probes
 
 
-def schedule(
-    ctx: AppContext,
-    tenant: Tenant,
-    request: RouteRequest,
-    route: RouteResponse,
-    body: dict[str, Any],
-    answered: list[str],
-) -> None:
-    """Start the probes of ``route.query`` other than the models that already answered the client."""
+def schedule(turn: Turn, answered: list[str]) -> None:
+    """Start the probes of the turn's decision's ``query`` other than the models that already answered
+    the client."""
+    route, body = turn.decided, turn.body or {}
     models = [m for m in dict.fromkeys(route.query) if m not in answered]
     if not models:
         return
     probe_body = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
     for model in models:
-        runner(ctx).start(_probe(ctx, ProbeJob(tenant.id, request, route, probe_body, model)))
+        job = ProbeJob(turn.tenant.id, turn.request, route, probe_body, model)
+        runner(turn.ctx).start(_probe(turn.ctx, job))
 
 
 def answered_by(done: Forwarded) -> list[str]:
