@@ -12,9 +12,10 @@ by event (a call enters the callee's module, a return goes back to the caller's)
 - modules: the modules the body passes through: those it goes on from to a module other than the one
   it came from (a helper it calls and that returns to its caller, a leaf, is visited, not passed
   through);
-- returns: the calls from one module into another of those that the body had been in and left
-  before (``forward`` calling ``decide`` again after ``kinds`` called it, say). Returning to one's
-  caller is not one: a straight line down and back counts none.
+- returns: the calls into a module the body had been in and left before, through which it passes
+  again (``costs`` calling into ``decide`` for the pending decision's write after ``forward`` left
+  ``decide``, say). Returning to one's caller is not one, nor is a call of a helper that returns at
+  once: a straight line down and back counts none.
 
 ``--path`` prints the path itself, one module a line. experiments/ is not packaged and may import app/.
 """
@@ -59,11 +60,11 @@ def module_of(filename: str) -> str | None:
 
 @dataclass
 class Trace:
-    """The modules the request was in, event by event (repeats collapsed: ``path``), and the calls
-    from one module into another (``calls``: caller, callee)."""
+    """The modules the request was in, event by event, repeats collapsed (``path``), and whether a
+    call entered each (``by_call``; else a return to the caller's module)."""
 
     path: list[str] = field(default_factory=list)
-    calls: list[tuple[str, str]] = field(default_factory=list)
+    by_call: list[bool] = field(default_factory=list)
     _modules: dict[str, str | None] = field(default_factory=dict)
 
     def module(self, frame: FrameType | None) -> str | None:
@@ -74,43 +75,37 @@ class Trace:
             self._modules[filename] = module_of(filename)
         return self._modules[filename]
 
-    def enter(self, module: str | None) -> None:
+    def enter(self, module: str | None, by_call: bool) -> None:
         if module is not None and (not self.path or self.path[-1] != module):
             self.path.append(module)
+            self.by_call.append(by_call)
 
     def profile(self, frame: FrameType, event: str, _: Any) -> None:
-        if event not in ("call", "return") or not in_request(frame):
-            return
-        callee, caller = self.module(frame), self.module(frame.f_back)
-        if frame.f_code is ENTRY:
-            if event == "call":
-                self.enter(callee)
-            return
-        if event == "call":
-            self.enter(callee)
-            if callee is not None and caller is not None and callee != caller:
-                self.calls.append((caller, callee))
-        else:
-            self.enter(caller)
+        if event == "call" and in_request(frame):
+            self.enter(self.module(frame), by_call=True)
+        elif event == "return" and frame.f_code is not ENTRY and in_request(frame):
+            self.enter(self.module(frame.f_back), by_call=False)
+
+    def passes_through(self, i: int) -> bool:
+        """Whether the body, at its ``i``-th step, goes on to a module other than the one it came from
+        (the first step, the endpoint's, always does)."""
+        if i == 0:
+            return True
+        return i + 1 < len(self.path) and self.path[i + 1] != self.path[i - 1]
 
     @property
     def modules(self) -> list[str]:
         """The modules passed through, in the order first entered."""
-        through = {self.path[0]} if self.path else set()
-        for before, module, after in zip(self.path, self.path[1:], self.path[2:], strict=False):
-            if after != before:
-                through.add(module)
+        through = {m for i, m in enumerate(self.path) if self.passes_through(i)}
         return [m for m in dict.fromkeys(self.path) if m in through]
 
     def returns(self) -> list[tuple[str, str]]:
-        """The calls (caller, callee) into a module passed through that the body had left before."""
-        through = set(self.modules)
-        seen = set(self.path[:1])
+        """The steps (from, into) that call into a module the body had been in before and pass
+        through it again."""
         back: list[tuple[str, str]] = []
-        for caller, callee in self.calls:
-            if callee in through and callee in seen:
-                back.append((caller, callee))
-            seen.add(callee)
+        for i, module in enumerate(self.path):
+            if self.by_call[i] and module in self.path[:i] and self.passes_through(i):
+                back.append((self.path[i - 1], module))
         return back
 
 

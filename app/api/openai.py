@@ -30,8 +30,8 @@ from app.api.errors import InvalidParam, ModelNotFound
 from app.context import AppContext
 from app.input_types import ForwardBody, Text
 from app.jsonable import jsonable
-from app.routing import answers, decide, forward, kinds, probes
-from app.routing.turn import Turn, routed_turn
+from app.routing import answers, decide, forward, probes
+from app.routing.turn import Turn, direct_turn, routed_turn
 from app.schemas import OpenAIModel, OpenAIModelList, RouteRequest, RouteResponse
 from app.store.models import Backend, Router, Tenant
 
@@ -79,8 +79,8 @@ async def turn_for(
         return await routed_turn(ctx, session, tenant, route_request(body, router_name(model), **text), body)
     if model not in await decide.tenant_backends(session, tenant):
         raise ModelNotFound(model)
-    turn = Turn(ctx, session, tenant, route_request(body, None, **text), body)
-    await kinds.check_serves(turn, path, backend=model)
+    request = route_request(body, None, **text)
+    turn = await direct_turn(ctx, session, tenant, request, body, model, path)
     await decide.decide_direct(turn, model)
     return turn
 

@@ -64,8 +64,8 @@ async def route(
 
 @router.post("/route/{decision_id}/next", response_model=CascadeNextResponse)
 async def next_step(
-    decision_id: DecisionId, body: CascadeNextRequest, ctx: Ctx, session: Session, tenant: CurrentTenant
+    decision_id: DecisionId, body: CascadeNextRequest, ctx: Ctx, tenant: CurrentTenant
 ) -> CascadeNextResponse:
     """Client-driven cascade: report the step that did not satisfy (its reward/cost are recorded as a
     ``cascade-step`` event) and get the next model to call, or ``stop``."""
-    return await cascade.next_step(ctx, session, tenant, decision_id, body)
+    return await cascade.next_step(ctx, tenant, decision_id, body)

@@ -25,9 +25,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from app.backends import AttemptRecord, Target
 from app.context import AppContext
 from app.jsonable import jsonable
@@ -40,19 +37,22 @@ from app.routing.feedback import FeedbackReport, record_feedback
 from app.routing.judge import ask_judge, reward_for
 from app.routing.turn import Turn
 from app.schemas import CascadeNextRequest, CascadeNextResponse
-from app.store.models import DecisionRow, Tenant
+from app.store.ledger import LedgerWrite
+from app.store.models import Tenant
 
 log = logging.getLogger(__name__)
 
 
 async def next_step(
-    ctx: AppContext, session: AsyncSession, tenant: Tenant, decision_id: str, body: CascadeNextRequest
+    ctx: AppContext, tenant: Tenant, decision_id: str, body: CascadeNextRequest
 ) -> CascadeNextResponse:
-    row = await session.scalar(
-        select(DecisionRow).where(DecisionRow.id == decision_id, DecisionRow.tenant_id == tenant.id)
-    )
-    if row is None:
+    """The cascade's next model after the step ``body`` reports. The decision is read as committed
+    (not from the ledger's memory: another replica may have served the step before), the models
+    offered are merged into its ``info`` through the ledger."""
+    found = await ctx.ledger.decisions(tenant.id, [decision_id], remembered=False)
+    if not found:
         raise NotFound(f"decision {decision_id!r} not found")
+    row = found[0]
     info = dict(row.info or {})
     offered = [str(m) for m in info.get("offered") or row.models[:1]]
     failed = body.model or (offered[-1] if offered else None)
@@ -78,8 +78,8 @@ async def next_step(
         decision = await reselect(ctx, row, tried)
         model = decision.arm if decision is not None and decision.arm not in tried else None
         scores = jsonable(decision.scores) if decision is not None else {}
-    row.info = {**info, "offered": [*tried, model] if model is not None else tried}
-    await session.commit()
+    offered_now = [*tried, model] if model is not None else tried
+    await ctx.ledger.write(LedgerWrite(info=(decision_id, {"offered": offered_now})))
     return CascadeNextResponse(
         decision_id=decision_id, model=model, stop=model is None, tried=tried, scores=scores
     )
@@ -112,11 +112,7 @@ async def judged_cascade(turn: Turn, target: Target, payload: dict[str, Any], co
                 await record_feedback(ctx, turn.tenant, [step])
             break
         following = await next_step(
-            ctx,
-            turn.session,
-            turn.tenant,
-            route.decision_id,
-            CascadeNextRequest(model=target.name, reward=reward),
+            ctx, turn.tenant, route.decision_id, CascadeNextRequest(model=target.name, reward=reward)
         )
         if following.stop or following.model is None:
             break

@@ -21,6 +21,7 @@ from app.jsonable import jsonable
 from app.routing.errors import Invalid, TooLarge
 from app.routing.turn import PendingDecision, Turn
 from app.schemas import RouteRequest, RouteResponse
+from app.store.ledger import LedgerWrite
 from app.store.models import DecisionRow, Router, RouterCounter, Tenant, utcnow
 from app.store.statements import insert_rows
 from embeddings.prompt_text import EmbedText
@@ -76,30 +77,29 @@ async def decide_direct(turn: Turn, backend: str) -> RouteResponse:
     """Log a direct call of ``backend`` (an arm of one of the tenant's routers): a decision of mode
     ``direct`` and of no router, with the prompt's embedding, so its feedback can be imported as
     logged outcomes later; no policy is asked and none learns from it. The turn's decision."""
-    ctx, session, tenant, request = turn.ctx, turn.session, turn.tenant, turn.request
+    ctx, tenant, request = turn.ctx, turn.tenant, turn.request
     text = prompt_text(ctx, request)
     with metrics.time_embedding():
         embedding, digest = await ctx.embeddings.embed(text)
     decision_id = uuid.uuid4().hex
     info = {"mode": DIRECT, **({"seed": request.seed} if request.seed is not None else {})}
-    session.add(
-        DecisionRow(
-            id=decision_id,
-            tenant_id=tenant.id,
-            router_id=None,
-            router_version=0,
-            policy=DIRECT,
-            models=[backend],
-            query=[],
-            scores={},
-            info=info,
-            embedding=np.asarray(embedding, np.float32).tobytes(),
-            prompt_hash=digest,
-            prompt_chars=len(text),
-            request_metadata=jsonable(request.metadata),
-        )
-    )
-    await session.commit()
+    direct = {
+        "id": decision_id,
+        "tenant_id": tenant.id,
+        "router_id": None,
+        "router_version": 0,
+        "policy": DIRECT,
+        "models": [backend],
+        "query": [],
+        "scores": {},
+        "info": info,
+        "embedding": np.asarray(embedding, np.float32).tobytes(),
+        "prompt_hash": digest,
+        "prompt_chars": len(text),
+        "request_metadata": jsonable(request.metadata),
+        "created_at": utcnow(),
+    }
+    await ctx.ledger.write(LedgerWrite(decision=direct))
     metrics.count_decision(tenant.name, DIRECT_LABEL)
     turn.route = RouteResponse(
         decision_id=decision_id,

@@ -18,7 +18,6 @@ from app.routing.costs import answer_cost, record_call
 from app.routing.decide import choose, decide, log_decision
 from app.routing.ensemble import forward_ensemble
 from app.routing.fallback import call_with_fallback
-from app.routing.kinds import check_serves
 from app.routing.stream import stream_answer
 from app.routing.turn import Turn
 from app.store.db import commit_if_used
@@ -31,7 +30,6 @@ async def forward_json(turn: Turn) -> Forwarded:
     body = turn.body
     path = path_for(body)
     if turn.route is None:
-        await check_serves(turn, path)
         route = await choose(turn)
         if route.model is None or route.mode == "set":  # answered before any record_call: written now
             await log_decision(turn)
@@ -57,7 +55,6 @@ async def forward_stream(turn: Turn) -> Stream | Forwarded:
     the caller streams that answer."""
     assert turn.body is not None, "nothing to forward"
     if turn.route is None:
-        await check_serves(turn, CHAT_PATH)
         await decide(turn)
     route = turn.decided
     if (route.mode == "set" and len(route.models) > 1) or (turn.router is not None and turn.router.judge_url):

@@ -1,6 +1,10 @@
 """A request's turn through routing (``Turn``): built once where the request enters routing (its router
 resolved then, or none for a direct call) and handed down the path instead of its parts; and a
-decision made but not yet written (``PendingDecision``)."""
+decision made but not yet written (``PendingDecision``).
+
+A turn with a body to forward is checked as it is built: a request none of whose reachable backends
+serves its path (a chat router called for images, or the reverse) is refused (422) before any
+decision, instead of being routed to a backend that cannot answer it (a 502)."""
 
 from __future__ import annotations
 
@@ -11,7 +15,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.backends import AttemptRecord
 from app.context import AppContext
-from app.routing.errors import NotFound
+from app.routing.answers import IMAGE_PATH, path_for
+from app.routing.errors import Invalid, NotFound
 from app.schemas import RouteRequest, RouteResponse
 from app.store.ledger import LedgerWrite
 from app.store.models import DecisionRow, Router, Tenant
@@ -87,6 +92,58 @@ async def routed_turn(
     request: RouteRequest,
     body: dict[str, Any] | None = None,
 ) -> Turn:
-    """The turn of a request its router decides: the router resolved (404 when there is none)."""
+    """The turn of a request its router decides: the router resolved (404 when there is none), and a
+    ``body`` to forward checked against its arms (``check_serves``)."""
     router = await resolve_router(ctx, tenant, request.router)
-    return Turn(ctx, session, tenant, request, body, router)
+    turn = Turn(ctx, session, tenant, request, body, router)
+    if body is not None:
+        await check_serves(turn, path_for(body))
+    return turn
+
+
+async def direct_turn(
+    ctx: AppContext,
+    session: AsyncSession,
+    tenant: Tenant,
+    request: RouteRequest,
+    body: dict[str, Any],
+    backend: str,
+    path: str,
+) -> Turn:
+    """The turn of a direct call of ``backend``: no router; refused unless ``backend`` serves
+    ``path``."""
+    turn = Turn(ctx, session, tenant, request, body)
+    await check_serves(turn, path, backend=backend)
+    return turn
+
+
+WHAT = {
+    "chat": "chat completions (POST /v1/chat/completions)",
+    "image": "image generations (POST /v1/images/generations)",
+}
+
+
+def kind_for(path: str) -> str:
+    """The backend kind that serves ``path``."""
+    return "image" if path == IMAGE_PATH else "chat"
+
+
+async def check_serves(turn: Turn, path: str, backend: str | None = None) -> None:
+    """Invalid unless ``backend`` (a direct call) or at least one arm the turn's request may reach (its
+    router's arms, narrowed to ``candidates``) is of the kind ``path`` needs."""
+    needed = kind_for(path)
+    if backend is not None:
+        what, names = f"backend {backend!r}", [backend]
+    else:
+        router = turn.router
+        assert router is not None, "a routed turn has its router"
+        what, names = f"router {router.name!r}", list(turn.request.candidates or router.arms)
+    kinds = {b.kind for b in await turn.ctx.catalog.backends(names)}
+    if not kinds or needed in kinds:
+        return
+    has = " and ".join(sorted(kinds))
+    raise Invalid(
+        f"{what} routes {has} backends, which cannot serve {WHAT[needed]}: send this request to "
+        f"{' or '.join(WHAT[k] for k in sorted(kinds))}, or use a router whose arms are {needed} backends",
+        param="model",
+    )
