@@ -120,7 +120,7 @@ async def chat_completions(body: OpenAIBody, ctx: Ctx, session: Session, tenant:
     if body.get("stream"):
         streamed = await forward.forward_stream(turn)
         if isinstance(streamed, answers.Forwarded):  # an ensemble or a judged cascade: answered whole
-            probes.schedule(turn, probes.answered_by(streamed))
+            probes.schedule(turn, streamed)
             payload, headers = merged(streamed, "choices")
             if answers.asks_usage(body) and payload.get("usage") is None:
                 answered = answers.answer_chars(payload)
@@ -131,14 +131,14 @@ async def chat_completions(body: OpenAIBody, ctx: Ctx, session: Session, tenant:
                 media_type="text/event-stream",
                 headers=headers,
             )
-        probes.schedule(turn, [streamed.target.name])
+        probes.schedule(turn, streamed)
         return StreamingResponse(
             streamed.events,
             media_type="text/event-stream",
             headers=_headers(streamed.route, streamed.target.name),
         )
     done = await forward.forward_json(turn)
-    probes.schedule(turn, probes.answered_by(done))
+    probes.schedule(turn, done)
     return answer(done, "choices")
 
 
@@ -213,7 +213,7 @@ async def image_generations(body: OpenAIBody, ctx: Ctx, session: Session, tenant
         raise InvalidParam("prompt", "'prompt' must be a string")
     turn = await turn_for(ctx, session, tenant, answers.IMAGE_PATH, body, prompt=body["prompt"])
     done = await forward.forward_json(turn)
-    probes.schedule(turn, probes.answered_by(done))
+    probes.schedule(turn, done)
     return answer(done, "data")
 
 

@@ -45,7 +45,7 @@ async def route(
         )
     turn = await routed_turn(ctx, session, tenant, body, body.request)
     done = await forward.forward_json(turn)
-    probes.schedule(turn, probes.answered_by(done))
+    probes.schedule(turn, done)
     return ForwardedRouteResponse(
         **done.route.model_dump(),
         backend=done.target.name,

@@ -11,7 +11,7 @@ from sqlalchemy.orm.attributes import set_committed_value
 from app import metrics
 from app.backends import AttemptRecord, Target
 from app.context import AppContext
-from app.routing.answers import IMAGE_PATH, answer_chars
+from app.routing.answers import CHAT_PATH, IMAGE_PATH, answer_chars, answer_text, mixture_output
 from app.routing.feedback import FeedbackReport, store_feedback
 from app.routing.turn import PendingDecision, Turn
 from app.schemas import RouteRequest
@@ -92,6 +92,18 @@ async def record_call(
         await store_feedback(ctx, tenant, [(feedback, row, router, target.name)], wait=False, alongside=write)
     turn.pending = None
     count_logged(tenant, pending)
+
+
+async def record_answer(
+    turn: Turn, target: Target, attempts: list[AttemptRecord], payload: dict[str, Any], path: str
+) -> float:
+    """``record_call`` for a whole answer: its cost (``answer_cost``), and for a mixture router's chat
+    answer its text; returns the cost."""
+    cost = answer_cost(target, turn.request, payload, path)
+    route = turn.decided
+    output = mixture_output(route.mode, answer_text(payload)) if path == CHAT_PATH else None
+    await record_call(turn, target, attempts, cost, output)
+    return cost
 
 
 async def cost_event(

@@ -1,8 +1,8 @@
 """Forwarding, the story in one function: decide (unless the turn has its decision), call with
-fallback, record the call; an ensemble or a judged cascade when the decision or its router asks for
+fallback, record the answer; an ensemble or a judged cascade when the decision or its router asks for
 one; a stream passed through when the client asked for one and the decision allows it.
 
-A decision made here is written by ``record_call``, with its attempts, cost event and its router's
+A decision made here is written by ``record_answer``, with its attempts, cost event and its router's
 counter, in one transaction after the call; it is durable before the answer, like every decision.
 Only a policy that spends a budget on the counter (``counter_use == "exact"``, BALROG) has it counted
 and committed alone before the call, so no lock is held during it. One that declines or names a set
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from app.routing.answers import CHAT_PATH, Forwarded, Stream, answer_text, mixture_output, path_for
+from app.routing.answers import CHAT_PATH, Forwarded, Stream, path_for
 from app.routing.cascade import judged_cascade
-from app.routing.costs import answer_cost, record_call
+from app.routing.costs import record_answer
 from app.routing.decide import choose, decide, log_decision
 from app.routing.ensemble import forward_ensemble
 from app.routing.fallback import call_with_fallback
@@ -24,14 +24,14 @@ from app.store.db import commit_if_used
 
 
 async def forward_json(turn: Turn) -> Forwarded:
-    """Decide (unless the turn has its decision), call, record the call; an ensemble or a judged
+    """Decide (unless the turn has its decision), call, record the answer; an ensemble or a judged
     cascade when the decision or its router asks for one."""
     assert turn.body is not None, "nothing to forward"
     body = turn.body
     path = path_for(body)
     if turn.route is None:
         route = await choose(turn)
-        if route.model is None or route.mode == "set":  # answered before any record_call: written now
+        if route.model is None or route.mode == "set":  # answered before any record_answer: written now
             await log_decision(turn)
         else:  # an exact policy's counter alone, or the read of it: nothing held during the call
             await commit_if_used(turn.session)
@@ -40,9 +40,7 @@ async def forward_json(turn: Turn) -> Forwarded:
         return await forward_ensemble(turn, body, path)
     target, payload = await call_with_fallback(turn, route, body, path, turn.attempts, stream=False)
     assert isinstance(payload, dict)
-    cost = answer_cost(target, turn.request, payload, path)
-    output = mixture_output(route.mode, answer_text(payload)) if path == CHAT_PATH else None
-    await record_call(turn, target, turn.attempts, cost, output)
+    cost = await record_answer(turn, target, turn.attempts, payload, path)
     if turn.router is not None and turn.router.judge_url and path == CHAT_PATH:
         return await judged_cascade(turn, target, payload, cost)
     return Forwarded(route, target, payload, cost, turn.attempts)

@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.backends import AttemptRecord, BackendFailure
 from app.context import AppContext
-from app.routing.answers import Forwarded, contents, path_for
+from app.routing.answers import Forwarded, Stream, contents, path_for
 from app.routing.costs import answer_cost
 from app.routing.fallback import load_target
 from app.routing.feedback import FeedbackReport, record_feedback
@@ -38,10 +38,14 @@ def runner(ctx: AppContext) -> ProbeRunner:
     return ctx.probes
 
 
-def schedule(turn: Turn, answered: list[str]) -> None:
-    """Start the probes of the turn's decision's ``query`` other than the models that already answered
-    the client."""
+def schedule(turn: Turn, done: Forwarded | Stream) -> None:
+    """Start the probes of the turn's decision's ``query`` other than the models whose answers the
+    client got (``done``: an ensemble's members that answered, else the one that answers)."""
     route, body = turn.decided, turn.body or {}
+    members = done.members if isinstance(done, Forwarded) else None
+    answered = (
+        [done.target.name] if members is None else [m.backend for m in members if m.payload is not None]
+    )
     models = [m for m in dict.fromkeys(route.query) if m not in answered]
     if not models:
         return
@@ -49,13 +53,6 @@ def schedule(turn: Turn, answered: list[str]) -> None:
     for model in models:
         job = ProbeJob(turn.tenant.id, turn.request, route, probe_body, model)
         runner(turn.ctx).start(_probe(turn.ctx, job))
-
-
-def answered_by(done: Forwarded) -> list[str]:
-    """The models whose answers the client got (an ensemble's members, else the one that answered)."""
-    if done.members is None:
-        return [done.target.name]
-    return [m.backend for m in done.members if m.payload is not None]
 
 
 def _answer_text(payload: dict[str, Any]) -> str:
