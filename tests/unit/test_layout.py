@@ -135,3 +135,25 @@ def test_the_cycle_scan_sees_every_import_statement() -> None:
 
 def test_app_has_no_import_cycle() -> None:
     assert a_cycle(import_graph("app")) == []
+
+
+def test_one_module_of_the_service_asks_a_policy() -> None:
+    """``routers.base.Context`` is built, and a policy's ``select`` called, in app/routing/decide.py only:
+    fallbacks and cascades ask it for their next choice instead of asking the policy themselves."""
+    builders = []
+    for path in sources("app"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            builds = (
+                isinstance(node, ast.ImportFrom)
+                and node.module == "routers.base"
+                and any(alias.name == "Context" for alias in node.names)
+            )
+            selects = (
+                isinstance(node, ast.Attribute)
+                and node.attr == "select"
+                and isinstance(node.value, ast.Attribute)
+                and node.value.attr == "policy"
+            )
+            if builds or selects:
+                builders.append(path.relative_to(ROOT).as_posix())
+    assert sorted(set(builders)) == ["app/routing/decide.py"]
