@@ -6,8 +6,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from sqlalchemy.orm.attributes import set_committed_value
-
 from app import metrics
 from app.backends import AttemptRecord, Target
 from app.context import AppContext
@@ -63,28 +61,21 @@ async def record_call(
 
     Everything that may wait on something else (the router from the catalog, a mixture answer's
     embedding) happens before the write."""
-    ctx, session, tenant, pending = turn.ctx, turn.session, turn.tenant, turn.pending
+    ctx, tenant, pending = turn.ctx, turn.tenant, turn.pending
     decision_id = turn.decided.decision_id
-    # the session that decided holds a stored decision already
-    stored = await session.get(DecisionRow, decision_id) if pending is None else None
-    if pending is None and stored is None:
-        return
-    router_id: int | None = pending.values["router_id"] if pending is not None else None
-    if stored is not None:
-        router_id = stored.router_id
-    feedback = None if cost is None else await cost_event(ctx, decision_id, target.name, cost, output_text)
-    router = await ctx.catalog.router_by_id(router_id) if router_id is not None and feedback else None
     answered = {"answered_by": target.name}
     if pending is not None:
         values = {**pending.values, "info": {**pending.values["info"], **answered}}
         write = pending.write(values)
         row = DecisionRow(**values)
-    else:
-        assert stored is not None
+    else:  # written before the call: as the ledger committed it
+        found = await ctx.ledger.decisions(tenant.id, [decision_id])
+        if not found:
+            return
         write = LedgerWrite(info=(decision_id, answered))
-        row = stored
-        # what the ledger merges in, without making the session write it again
-        set_committed_value(row, "info", {**(row.info or {}), **answered})
+        row = found[0]
+    feedback = None if cost is None else await cost_event(ctx, decision_id, target.name, cost, output_text)
+    router = await ctx.catalog.router_by_id(row.router_id) if row.router_id is not None and feedback else None
     write.attempts = attempt_rows(decision_id, attempts)
     if feedback is None:
         await ctx.ledger.write(write)

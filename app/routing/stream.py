@@ -129,9 +129,8 @@ async def stream_answer(turn: Turn) -> Stream:
                 cost = target.cost(tin, tout)
             with anyio.CancelScope(shield=True):
                 try:
-                    async with ctx.sessionmaker() as own:
-                        output = mixture_output(route.mode, "".join(seen.get("text", [])))
-                        await record_call(turn.with_session(own), target, attempts, cost, output)
+                    output = mixture_output(route.mode, "".join(seen.get("text", [])))
+                    await record_call(turn, target, attempts, cost, output)
                 except Exception:
                     log.exception("recording the stream of decision %s failed", route.decision_id)
         if outcome == "connection":

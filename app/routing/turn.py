@@ -8,7 +8,7 @@ decision, instead of being routed to a backend that cannot answer it (a 502)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -52,7 +52,7 @@ class Turn:
     the JSON to forward when there is one), through which ``router`` (None: a direct call of a named
     backend), and what came of it so far: the decision (``route``; ``pending`` while it is not yet
     written) and the attempts of the call that answers it. ``session`` is the request's database
-    session (a stream's end records on a session of its own: ``with_session``)."""
+    session."""
 
     ctx: AppContext
     session: AsyncSession
@@ -69,10 +69,6 @@ class Turn:
         """The decision; the turn's steps after the decision only run once it is made."""
         assert self.route is not None, "no decision yet"
         return self.route
-
-    def with_session(self, session: AsyncSession) -> Turn:
-        """The same turn (its attempts the same list) on another database session."""
-        return replace(self, session=session)
 
 
 async def resolve_router(ctx: AppContext, tenant: Tenant, name: str | None) -> Router:
