@@ -15,8 +15,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Exists, exists, select, update
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy import Exists, exists, select
 
 from app.backends import AttemptRecord, BackendFailure
 from app.context import AppContext
@@ -27,6 +26,7 @@ from app.routing.feedback import FeedbackReport, record_feedback
 from app.routing.probe_tasks import ProbeRunner
 from app.routing.turn import Turn
 from app.schemas import FeedbackAccepted, RouteRequest, RouteResponse
+from app.store.ledger import LedgerWrite
 from app.store.models import DecisionRow, FeedbackEvent, Probe, Tenant
 
 log = logging.getLogger(__name__)
@@ -94,58 +94,34 @@ async def _call_and_store(ctx: AppContext, job: ProbeJob) -> None:
         tenant = await session.get(Tenant, tenant_id)
         if decision is None or tenant is None:
             return
-        router_id = decision.router_id
+        probe = {"decision_id": route.decision_id, "tenant_id": tenant_id, "router_id": decision.router_id}
+        probe |= {"model": model, "answer": None, "cost": None, "error": None}
         try:
             target = await load_target(ctx, model, path, attempts)
             await session.commit()  # no pooled connection held during the call
             payload = await ctx.backends.call_json(target, path, body, attempts)
         except BackendFailure as exc:
-            session.add(
-                Probe(
-                    decision_id=route.decision_id,
-                    tenant_id=tenant_id,
-                    router_id=router_id,
-                    model=model,
-                    status="failed",
-                    error=exc.logged(),
-                )
-            )
-            await session.commit()
+            failed = {**probe, "status": "failed", "error": exc.logged()}
+            await ctx.ledger.write(LedgerWrite(probes=[failed]))
             return
         cost = answer_cost(target, request, payload, path)
-        probe = Probe(
-            decision_id=route.decision_id,
-            tenant_id=tenant_id,
-            router_id=router_id,
-            model=model,
-            answer=_answer_text(payload),
-            cost=cost,
-            status="pending",
-        )
-        session.add(probe)
-        await session.commit()
+        answer = {**probe, "answer": _answer_text(payload), "cost": cost, "status": "pending"}
+        await ctx.ledger.write(LedgerWrite(probes=[answer]))
         # A query reward committed before this row was (an evaluator that read x-banditgate-query) found
         # no probe to mark: look again now that the row is committed.
         if await session.scalar(select(query_reward(route.decision_id, model))):
-            await session.execute(update(Probe).where(Probe.id == probe.id).values(status="answered"))
-            await session.commit()
+            await ctx.ledger.write(LedgerWrite(answered_probes=[(route.decision_id, model)]))
         feedback = FeedbackReport(decision_id=route.decision_id, model=model, kind="cost", cost=cost)
         await record_feedback(ctx, tenant, [feedback])
 
 
-async def mark_answered(session: AsyncSession, accepted: list[FeedbackAccepted]) -> None:
-    """Mark the pending probes that new ``kind: query`` events answer. After the events' commit: a
-    probe whose query reward exists is never listed as pending anyway (``pending``), so this status
-    is kept for the admin views, not for correctness."""
+async def mark_answered(ctx: AppContext, accepted: list[FeedbackAccepted]) -> None:
+    """Mark the pending probes that new ``kind: query`` events answer, through the ledger. After the
+    events' commit: a probe whose query reward exists is never listed as pending anyway (``pending``),
+    so this status is kept for the admin views, not for correctness."""
     answered = [(a.decision_id, a.model) for a in accepted if a.kind == "query" and not a.duplicate]
-    for decision_id, model in answered:
-        await session.execute(
-            update(Probe)
-            .where(Probe.decision_id == decision_id, Probe.model == model, Probe.status == "pending")
-            .values(status="answered")
-        )
     if answered:
-        await session.commit()
+        await ctx.ledger.write(LedgerWrite(answered_probes=answered))
 
 
 def query_reward(decision_id: Any, model: Any) -> Exists:

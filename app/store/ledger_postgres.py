@@ -23,10 +23,12 @@ from app.store.driver_sql import (
     COUNTER_VALUES_PG,
     FEEDBACK_CONFLICT,
     INFO_VALUES_PG,
+    PROBE_MARK_VALUES_PG,
     counter_upsert,
     driver_insert,
     info_merge,
     pg_tuples,
+    probes_answered,
     rows_sql,
 )
 from app.store.ledger import (
@@ -46,7 +48,7 @@ from app.store.ledger import (
     read_statements,
     split,
 )
-from app.store.models import Attempt, DecisionRow, FeedbackEvent
+from app.store.models import Attempt, DecisionRow, FeedbackEvent, Probe
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +77,7 @@ def batch_statement(batch: Sequence[PreparedWrite]) -> tuple[str, list[Any]]:
     for name, model, rows in (
         ("d", DecisionRow, [r for w in batch for r in w.decisions]),
         ("a", Attempt, [r for w in batch for r in w.attempts]),
+        ("p", Probe, [r for w in batch for r in w.probes]),
     ):
         if rows:
             sql, offset = rows_sql(driver_insert(model, "postgresql"), len(rows), offset)
@@ -85,6 +88,11 @@ def batch_statement(batch: Sequence[PreparedWrite]) -> tuple[str, list[Any]]:
         values, offset = pg_tuples(INFO_VALUES_PG, len(merges), offset)
         parts.append(f"u AS ({info_merge('postgresql', values)})")
         args.extend(value for merge in merges for value in merge)
+    marks = [mark for w in batch for mark in w.answered_probes]
+    if marks:
+        values, offset = pg_tuples(PROBE_MARK_VALUES_PG, len(marks), offset)
+        parts.append(f"m AS ({probes_answered(values)})")
+        args.extend(value for mark in marks for value in mark)
     counts = merged_counts(batch)
     if counts:
         values, offset = pg_tuples(COUNTER_VALUES_PG, len(counts), offset)

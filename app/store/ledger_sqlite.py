@@ -39,6 +39,7 @@ from app.store.driver_sql import (
     driver_insert,
     feedback_insert_sqlite,
     info_merge,
+    probes_answered,
 )
 from app.store.ledger import (
     FeedbackKey,
@@ -58,7 +59,7 @@ from app.store.ledger import (
     read_statements,
     split,
 )
-from app.store.models import Attempt, DecisionRow
+from app.store.models import Attempt, DecisionRow, Probe
 from app.store.sqlite_settings import BUSY_TIMEOUT_S, apply_pragmas
 
 log = logging.getLogger(__name__)
@@ -277,6 +278,12 @@ class SqliteLedger(Ledger):
         attempts = [row for write in batch for row in write.attempts]
         if attempts:
             conn.executemany(driver_insert(Attempt, self.dialect).sql, attempts)
+        probes = [row for write in batch for row in write.probes]
+        if probes:
+            conn.executemany(driver_insert(Probe, self.dialect).sql, probes)
+        marks = [mark for write in batch for mark in write.answered_probes]
+        if marks:
+            conn.executemany(probes_answered(), marks)
         for write in batch:
             if write.info is not None:
                 decision_id, keys = write.info
