@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
@@ -14,13 +13,11 @@ from app.catalog import Catalog
 from app.compaction import CompactionLoop
 from app.embedding import EmbeddingService
 from app.ratelimit.limits import RateLimiter
+from app.routing.probe_tasks import ProbeRunner
 from app.routing.round_counts import RoundCounts
 from app.settings import Settings
 from app.state import PolicyStates
 from app.store.ledger import Ledger
-
-if TYPE_CHECKING:
-    from app.routing.probes import ProbeRunner
 
 
 @dataclass

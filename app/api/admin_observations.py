@@ -51,7 +51,7 @@ def _json_line(line: bytes | bytearray, position: int) -> Any:
         ) from exc
 
 
-async def read_rows(request: Request, max_rows: int) -> list[OfflineRow]:
+async def read_uploaded_rows(request: Request, max_rows: int) -> list[OfflineRow]:
     """The upload's rows, validated; NDJSON is parsed line by line as the body streams in. (The body's
     size limit, ``max_offline_body_bytes``, is the request limits middleware's: app/api/http_limits.py.)"""
     ndjson = request.headers.get("content-type", "").split(";")[0].strip() in NDJSON_TYPES
@@ -108,7 +108,7 @@ async def upload_observations(
     upload (422, nothing written)."""
     owner = await get_tenant(session, tenant)
     row = await get_router(session, owner, name)
-    rows = await read_rows(request, ctx.settings.max_offline_batch)
+    rows = await read_uploaded_rows(request, ctx.settings.max_offline_batch)
     return await record_offline(ctx, session, owner, row, rows)
 
 

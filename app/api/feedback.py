@@ -6,11 +6,11 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException, Query, status
 
 from app.api.contract import documented
-from app.api.deps import Ctx, CurrentTenant, Session
+from app.api.deps import Ctx, CurrentTenant
 from app.context import AppContext
 from app.input_types import DbInt
-from app.routing import feedback as events
 from app.routing import probes
+from app.routing.feedback import FeedbackReport, record_feedback
 from app.schemas import (
     FeedbackAccepted,
     FeedbackBatch,
@@ -24,25 +24,21 @@ from app.store.models import Tenant
 router = APIRouter(prefix="/feedback", tags=["feedback"])
 
 
-async def accept(
-    ctx: AppContext, session: Session, tenant: Tenant, bodies: list[FeedbackRequest]
-) -> list[FeedbackAccepted]:
+async def accept(ctx: AppContext, tenant: Tenant, bodies: list[FeedbackRequest]) -> list[FeedbackAccepted]:
     """Record the events (app/routing/feedback.py), then mark the probes their query rewards answer."""
-    outcomes = [events.Outcome(**body.model_dump()) for body in bodies]
-    accepted = await events.record_feedback(ctx, tenant, outcomes)
-    await probes.mark_answered(session, accepted)
+    reports = [FeedbackReport(**body.model_dump()) for body in bodies]
+    accepted = await record_feedback(ctx, tenant, reports)
+    await probes.mark_answered(ctx, accepted)
     return accepted
 
 
 @router.post(
     "", status_code=status.HTTP_202_ACCEPTED, response_model=FeedbackAccepted, responses=documented(404)
 )
-async def feedback(
-    body: FeedbackRequest, ctx: Ctx, session: Session, tenant: CurrentTenant
-) -> FeedbackAccepted:
+async def feedback(body: FeedbackRequest, ctx: Ctx, tenant: CurrentTenant) -> FeedbackAccepted:
     """Record one event. Idempotent on (decision_id, model, kind): a retry returns the first event id
     with ``duplicate: true`` and is learned once. 202 means committed to the log."""
-    return (await accept(ctx, session, tenant, [body]))[0]
+    return (await accept(ctx, tenant, [body]))[0]
 
 
 @router.post(
@@ -51,16 +47,14 @@ async def feedback(
     response_model=FeedbackBatchAccepted,
     responses=documented(404),
 )
-async def feedback_batch(
-    body: FeedbackBatch, ctx: Ctx, session: Session, tenant: CurrentTenant
-) -> FeedbackBatchAccepted:
+async def feedback_batch(body: FeedbackBatch, ctx: Ctx, tenant: CurrentTenant) -> FeedbackBatchAccepted:
     """Record several events in one transaction: all are accepted, or none (the error names the event)."""
     if len(body.events) > ctx.settings.max_feedback_batch:
         raise HTTPException(
             status.HTTP_413_CONTENT_TOO_LARGE,
             f"{len(body.events)} events in one batch; the limit is {ctx.settings.max_feedback_batch}",
         )
-    return FeedbackBatchAccepted(events=await accept(ctx, session, tenant, body.events))
+    return FeedbackBatchAccepted(events=await accept(ctx, tenant, body.events))
 
 
 @router.get("/pending", response_model=PendingProbes)

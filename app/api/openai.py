@@ -30,7 +30,8 @@ from app.api.errors import InvalidParam, ModelNotFound
 from app.context import AppContext
 from app.input_types import ForwardBody, Text
 from app.jsonable import jsonable
-from app.routing import answers, decide, forward, kinds, probes, stream
+from app.routing import answers, decide, forward, probes
+from app.routing.turn import Turn, direct_turn, routed_turn
 from app.schemas import OpenAIModel, OpenAIModelList, RouteRequest, RouteResponse
 from app.store.models import Backend, Router, Tenant
 
@@ -65,21 +66,23 @@ def route_request(body: dict[str, Any], router: str | None, **text: Any) -> Rout
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, jsonable(errors)) from exc
 
 
-async def decision_for(
+async def turn_for(
     ctx: AppContext, session: AsyncSession, tenant: Tenant, path: str, body: dict[str, Any], **text: Any
-) -> tuple[RouteRequest, answers.Decided | None]:
-    """The request to route and, for a backend named as ``model``, its direct decision (already
-    logged; a backend that cannot serve ``path`` is refused first); None when a router is to decide."""
+) -> Turn:
+    """The request's turn through routing: its router resolved (``router``, ``router/<name>``) for it
+    to decide, or, for a backend named as ``model``, with that backend's direct decision already
+    logged (a backend that cannot serve ``path`` is refused first)."""
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise InvalidParam("model", "'model' must be 'router', 'router/<name>' or one of GET /v1/models")
     if is_router_model(model):
-        return route_request(body, router_name(model), **text), None
+        return await routed_turn(ctx, session, tenant, route_request(body, router_name(model), **text), body)
     if model not in await decide.tenant_backends(session, tenant):
         raise ModelNotFound(model)
     request = route_request(body, None, **text)
-    await kinds.check_serves(ctx, tenant, request, path, backend=model)
-    return request, (await decide.decide_direct(ctx, session, tenant, model, request), None)
+    turn = await direct_turn(ctx, session, tenant, request, body, model, path)
+    await decide.decide_direct(turn, model)
+    return turn
 
 
 def _headers(route: RouteResponse, backend: str, cost: float | None = None) -> dict[str, str]:
@@ -113,31 +116,29 @@ async def chat_completions(body: OpenAIBody, ctx: Ctx, session: Session, tenant:
     """Chat completions, streamed (server-sent events) when ``stream`` is true."""
     if not isinstance(body.get("messages"), list) or not body["messages"]:
         raise InvalidParam("messages", "'messages' must be a non-empty list")
-    request, decided = await decision_for(
-        ctx, session, tenant, answers.CHAT_PATH, body, messages=body["messages"]
-    )
+    turn = await turn_for(ctx, session, tenant, answers.CHAT_PATH, body, messages=body["messages"])
     if body.get("stream"):
-        streamed = await stream.forward_stream(ctx, session, tenant, request, body, decided)
+        streamed = await forward.forward_stream(turn)
         if isinstance(streamed, answers.Forwarded):  # an ensemble or a judged cascade: answered whole
-            probes.schedule(ctx, tenant, request, streamed.route, body, probes.answered_by(streamed))
+            probes.schedule(turn, streamed)
             payload, headers = merged(streamed, "choices")
             if answers.asks_usage(body) and payload.get("usage") is None:
                 answered = answers.answer_chars(payload)
-                payload["usage"] = answers.estimated_usage(len(request.text()), answered)
+                payload["usage"] = answers.estimated_usage(len(turn.request.text()), answered)
                 payload[answers.BODY_FIELD]["usage_estimated"] = True
             return StreamingResponse(
                 completion_events(payload, answers.asks_usage(body)),
                 media_type="text/event-stream",
                 headers=headers,
             )
-        probes.schedule(ctx, tenant, request, streamed.route, body, [streamed.target.name])
+        probes.schedule(turn, streamed)
         return StreamingResponse(
             streamed.events,
             media_type="text/event-stream",
             headers=_headers(streamed.route, streamed.target.name),
         )
-    done = await forward.forward_json(ctx, session, tenant, request, body, decided)
-    probes.schedule(ctx, tenant, request, done.route, body, probes.answered_by(done))
+    done = await forward.forward_json(turn)
+    probes.schedule(turn, done)
     return answer(done, "choices")
 
 
@@ -210,11 +211,9 @@ async def image_generations(body: OpenAIBody, ctx: Ctx, session: Session, tenant
     """Image generations; the prompt is routed, the backend's answer returned with its ``model``."""
     if not isinstance(body.get("prompt"), str):
         raise InvalidParam("prompt", "'prompt' must be a string")
-    request, decided = await decision_for(
-        ctx, session, tenant, answers.IMAGE_PATH, body, prompt=body["prompt"]
-    )
-    done = await forward.forward_json(ctx, session, tenant, request, body, decided)
-    probes.schedule(ctx, tenant, request, done.route, body, probes.answered_by(done))
+    turn = await turn_for(ctx, session, tenant, answers.IMAGE_PATH, body, prompt=body["prompt"])
+    done = await forward.forward_json(turn)
+    probes.schedule(turn, done)
     return answer(done, "data")
 
 

@@ -10,6 +10,7 @@ from app.api.contract import documented
 from app.api.deps import Ctx, CurrentTenant, Session
 from app.input_types import DecisionId
 from app.routing import cascade, decide, forward, probes
+from app.routing.turn import routed_turn
 from app.schemas import (
     AttemptOut,
     CascadeNextRequest,
@@ -35,15 +36,16 @@ async def route(
     the chosen backend with ``request`` (falling back to the policy's next choice when it fails) and
     returns its answer, the call's cost and every attempt."""
     if not body.forward:
-        return await decide.route(ctx, session, tenant, body)
+        return await decide.decide(await routed_turn(ctx, session, tenant, body))
     assert body.request is not None
     if body.request.get("stream"):
         raise HTTPException(
             status.HTTP_422_UNPROCESSABLE_CONTENT,
             "streaming is served by POST /v1/chat/completions; /route forwards without 'stream'",
         )
-    done = await forward.forward_json(ctx, session, tenant, body, body.request)
-    probes.schedule(ctx, tenant, body, done.route, body.request, probes.answered_by(done))
+    turn = await routed_turn(ctx, session, tenant, body, body.request)
+    done = await forward.forward_json(turn)
+    probes.schedule(turn, done)
     return ForwardedRouteResponse(
         **done.route.model_dump(),
         backend=done.target.name,
@@ -62,8 +64,8 @@ async def route(
 
 @router.post("/route/{decision_id}/next", response_model=CascadeNextResponse)
 async def next_step(
-    decision_id: DecisionId, body: CascadeNextRequest, ctx: Ctx, session: Session, tenant: CurrentTenant
+    decision_id: DecisionId, body: CascadeNextRequest, ctx: Ctx, tenant: CurrentTenant
 ) -> CascadeNextResponse:
     """Client-driven cascade: report the step that did not satisfy (its reward/cost are recorded as a
     ``cascade-step`` event) and get the next model to call, or ``stop``."""
-    return await cascade.next_step(ctx, session, tenant, decision_id, body)
+    return await cascade.next_step(ctx, tenant, decision_id, body)

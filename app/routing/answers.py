@@ -9,7 +9,6 @@ from typing import Any
 
 from app.backends import AttemptRecord, Target
 from app.schemas import RouteResponse
-from app.store.models import Router
 from routers.prices import whole_tokens
 
 CHAT_PATH = "/chat/completions"
@@ -19,9 +18,6 @@ IMAGE_PATH = "/images/generations"
 
 
 BODY_FIELD = "banditgate"  # the answer's field naming its decision (see ``body_field``)
-
-
-Decided = tuple[RouteResponse, Router | None]  # a logged decision and its router (None: a direct call)
 
 
 @dataclass

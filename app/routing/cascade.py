@@ -1,4 +1,5 @@
-"""Client-driven cascades: ``POST /route/{decision_id}/next``, and re-asking a policy for its next choice.
+"""Cascades: client-driven (``POST /route/{decision_id}/next``) and gateway-driven (a router with a
+judge gets answers checked before they are returned).
 
 A client that called a decision's model and judged the answer not good enough reports that step (a
 ``cascade-step`` feedback event, when it carries a reward or a cost) and asks what to call next:
@@ -7,71 +8,58 @@ A client that called a decision's model and judged the answer not good enough re
 - otherwise (single decisions, adaptive cascades) the policy is asked again with the decision's stored
   embedding, its per-decision generator, its id as ``Context.decision_key`` (the key its feedback
   events carry, so a policy's per-decision state finds this cascade) and ``Context(tried=[...])``
-  (``reselect``), as the forwarding fallback does.
+  (``app.routing.decide.reselect``), as the forwarding fallback does.
 
 The answer is the next model, or ``stop`` when nothing is left or the policy declines. The models offered
-so far are kept in the decision's ``info.offered`` so a step that names no model means the last one."""
+so far are kept in the decision's ``info.offered`` so a step that names no model means the last one.
+
+A judged cascade (``judged_cascade``) asks the router's judge (app/routing/judge.py) about each
+forwarded answer. Each step is learned as a ``cascade-step`` event whose reward is the score clipped to
+the router's reward range; a failed step asks for the next model as ``POST /route/{id}/next`` does
+(``next_step``). The cascade stops at the first pass, when nothing is left, after ``judge_max_steps``
+calls, or when the judge itself fails (the last answer is then returned as it is, and the step records
+no reward)."""
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
-import numpy as np
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession
-
+from app.backends import AttemptRecord, Target
 from app.context import AppContext
 from app.jsonable import jsonable
-from app.routing.decide import expected_costs
-from app.routing.errors import Invalid, NotFound
-from app.routing.feedback import Outcome, record_feedback
+from app.routing.answers import CHAT_PATH, Forwarded, JudgedStep, answer_text
+from app.routing.costs import answer_cost, record_call
+from app.routing.decide import reselect
+from app.routing.errors import BackendsFailed, Invalid, NotFound
+from app.routing.fallback import call_with_fallback
+from app.routing.feedback import FeedbackReport, record_feedback
+from app.routing.judge import ask_judge, reward_for
+from app.routing.turn import Turn
 from app.schemas import CascadeNextRequest, CascadeNextResponse
-from app.store.models import DecisionRow, Router, Tenant
-from routers.base import Context, Decision, KeyedRng, generator_key
+from app.store.ledger import LedgerWrite
+from app.store.models import Tenant
 
 log = logging.getLogger(__name__)
 
 
-async def reselect(
-    ctx: AppContext,
-    session: AsyncSession,
-    row: DecisionRow,
-    router: Router,
-    tried: list[str],
-    candidates: list[str] | None = None,
-) -> Decision | None:
-    """The policy's decision for the same prompt with ``tried`` excluded; None if the policy raises."""
-    context = Context(
-        embedding=np.frombuffer(row.embedding, dtype=np.float32).copy(),
-        arms=candidates,
-        costs=await expected_costs(ctx, list(router.arms), row.prompt_chars),
-        tried=list(tried),
-        rng=KeyedRng(router.seed, generator_key(row.id, (row.info or {}).get("seed"))),
-        decision_key=row.id,
-    )
-    runtime = await ctx.states.get(router)
-    try:
-        return runtime.policy.select(context)
-    except Exception:  # a policy that cannot re-select must not turn a clean answer into a 500
-        log.exception("re-selecting after %s failed for decision %s", tried, row.id)
-        return None
-
-
 async def next_step(
-    ctx: AppContext, session: AsyncSession, tenant: Tenant, decision_id: str, body: CascadeNextRequest
+    ctx: AppContext, tenant: Tenant, decision_id: str, body: CascadeNextRequest
 ) -> CascadeNextResponse:
-    row = await session.scalar(
-        select(DecisionRow).where(DecisionRow.id == decision_id, DecisionRow.tenant_id == tenant.id)
-    )
-    if row is None:
+    """The cascade's next model after the step ``body`` reports. The decision is read as committed
+    (not from the ledger's memory: another replica may have served the step before), the models
+    offered are merged into its ``info`` through the ledger."""
+    found = await ctx.ledger.decisions(tenant.id, [decision_id], remembered=False)
+    if not found:
         raise NotFound(f"decision {decision_id!r} not found")
+    row = found[0]
     info = dict(row.info or {})
     offered = [str(m) for m in info.get("offered") or row.models[:1]]
     failed = body.model or (offered[-1] if offered else None)
     if failed is None:
         raise Invalid("the decision called no model; name the step's model")
     if body.reward is not None or body.cost is not None:
-        step = Outcome(
+        step = FeedbackReport(
             decision_id=decision_id,
             model=failed,
             kind="cascade-step",
@@ -87,12 +75,60 @@ async def next_step(
     if untried and not info.get("adaptive"):
         model = untried[0]
     else:
-        router = await ctx.catalog.router_by_id(row.router_id) if row.router_id is not None else None
-        decision = await reselect(ctx, session, row, router, tried) if router is not None else None
+        decision = await reselect(ctx, row, tried)
         model = decision.arm if decision is not None and decision.arm not in tried else None
         scores = jsonable(decision.scores) if decision is not None else {}
-    row.info = {**info, "offered": [*tried, model] if model is not None else tried}
-    await session.commit()
+    offered_now = [*tried, model] if model is not None else tried
+    await ctx.ledger.write(LedgerWrite(info=(decision_id, {"offered": offered_now})))
     return CascadeNextResponse(
         decision_id=decision_id, model=model, stop=model is None, tried=tried, scores=scores
     )
+
+
+async def judged_cascade(turn: Turn, target: Target, payload: dict[str, Any], cost: float) -> Forwarded:
+    """Ask the turn's router's judge about each answer (the first: ``target``'s ``payload``, costing
+    ``cost``, after the turn's attempts); on a fail, call the cascade's next model."""
+    ctx, request, route, router, body = turn.ctx, turn.request, turn.decided, turn.router, turn.body
+    assert router is not None and body is not None
+    steps: list[JudgedStep] = []
+    all_attempts = list(turn.attempts)
+    while True:
+        verdict = await ask_judge(
+            ctx.backends,
+            router,
+            ctx.settings.judge_timeout_s,
+            route.decision_id,
+            target.name,
+            request.text(),
+            answer_text(payload),
+        )
+        steps.append(JudgedStep(target.name, verdict.score, verdict.passed, cost))
+        reward = None if verdict.score is None else reward_for(verdict.score, router)
+        if verdict.score is None or verdict.passed or len(steps) >= ctx.settings.judge_max_steps:
+            if reward is not None:
+                step = FeedbackReport(
+                    decision_id=route.decision_id, model=target.name, kind="cascade-step", reward=reward
+                )
+                await record_feedback(ctx, turn.tenant, [step])
+            break
+        following = await next_step(
+            ctx, turn.tenant, route.decision_id, CascadeNextRequest(model=target.name, reward=reward)
+        )
+        if following.stop or following.model is None:
+            break
+        step_route = route.model_copy(update={"model": following.model, "models": [following.model]})
+        step_attempts: list[AttemptRecord] = []
+        try:
+            called = [step.model for step in steps]
+            target, answer = await call_with_fallback(
+                turn, step_route, body, CHAT_PATH, step_attempts, False, called
+            )
+        except BackendsFailed:  # the next backend failed: return the last answer that came back
+            all_attempts.extend(step_attempts)
+            break
+        assert isinstance(answer, dict)
+        payload = answer
+        cost = answer_cost(target, request, payload, CHAT_PATH)
+        await record_call(turn, target, step_attempts, cost)
+        all_attempts.extend(step_attempts)
+    return Forwarded(route, target, payload, sum(s.cost for s in steps), all_attempts, judged=steps)

@@ -1,11 +1,12 @@
-"""A decision: resolve the router, embed, ask the policy, log the decision (the router's counter in
-the same transaction); a direct call of a named backend is logged without a policy."""
+"""Every question to a router's policy: a decision (embed, ask the policy, log it, the router's
+counter in the same transaction) and the re-asks once models were tried (``reselect``: fallbacks and
+cascades); the one module that builds ``routers.base.Context`` and calls ``select``. A direct call of
+a named backend is logged without a policy."""
 
 from __future__ import annotations
 
 import logging
 import uuid
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -17,13 +18,14 @@ from app import metrics
 from app.context import AppContext
 from app.embedding import prompt_hash
 from app.jsonable import jsonable
-from app.routing.errors import Invalid, NotFound, TooLarge
+from app.routing.errors import Invalid, TooLarge
+from app.routing.turn import PendingDecision, Turn
 from app.schemas import RouteRequest, RouteResponse
 from app.store.ledger import LedgerWrite
 from app.store.models import DecisionRow, Router, RouterCounter, Tenant, utcnow
 from app.store.statements import insert_rows
 from embeddings.prompt_text import EmbedText
-from routers.base import Context, KeyedRng, counter_use, generator_key
+from routers.base import Context, Decision, KeyedRng, counter_use, generator_key
 from routers.prices import call_cost, estimated_tokens
 
 log = logging.getLogger(__name__)
@@ -35,16 +37,6 @@ DIRECT = "direct"  # the mode (and policy) of a decision that called a backend b
 DIRECT_LABEL = "(direct)"  # the router label of direct calls in metrics: no router name has parentheses
 
 
-async def resolve_router(ctx: AppContext, tenant: Tenant, name: str | None) -> Router:
-    """The tenant's router ``name`` (its default when None), from the catalog cache: a detached row,
-    read-only."""
-    router = await ctx.catalog.router(tenant.id, name)
-    if router is None:
-        what = "no default router is set for this tenant" if name is None else f"router {name!r} not found"
-        raise NotFound(what)
-    return router
-
-
 async def expected_costs(ctx: AppContext, arms: list[str], prompt_chars: int) -> dict[str, float]:
     """Expected cost of calling each arm on this prompt: prompt characters / 4 input tokens and the
     backend's ``default_tokens_out`` output tokens (an expectation, so not rounded to whole tokens: the
@@ -54,10 +46,6 @@ async def expected_costs(ctx: AppContext, arms: list[str], prompt_chars: int) ->
     return {b.name: call_cost(b, tokens_in, b.default_tokens_out) for b in backends}
 
 
-async def route(
-    ctx: AppContext, session: AsyncSession, tenant: Tenant, request: RouteRequest
-) -> RouteResponse:
-    return (await decide(ctx, session, tenant, request))[0]
 
 
 def prompt_text(ctx: AppContext, request: RouteRequest) -> str:
@@ -78,37 +66,35 @@ async def tenant_backends(session: AsyncSession, tenant: Tenant) -> list[str]:
     return sorted({str(arm) for router_arms in arms for arm in router_arms})
 
 
-async def decide_direct(
-    ctx: AppContext, session: AsyncSession, tenant: Tenant, backend: str, request: RouteRequest
-) -> RouteResponse:
+async def decide_direct(turn: Turn, backend: str) -> RouteResponse:
     """Log a direct call of ``backend`` (an arm of one of the tenant's routers): a decision of mode
     ``direct`` and of no router, with the prompt's embedding, so its feedback can be imported as
-    logged outcomes later; no policy is asked and none learns from it."""
+    logged outcomes later; no policy is asked and none learns from it. The turn's decision."""
+    ctx, tenant, request = turn.ctx, turn.tenant, turn.request
     text = prompt_text(ctx, request)
     with metrics.time_embedding():
         embedding, digest = await ctx.embeddings.embed(text)
     decision_id = uuid.uuid4().hex
     info = {"mode": DIRECT, **({"seed": request.seed} if request.seed is not None else {})}
-    session.add(
-        DecisionRow(
-            id=decision_id,
-            tenant_id=tenant.id,
-            router_id=None,
-            router_version=0,
-            policy=DIRECT,
-            models=[backend],
-            query=[],
-            scores={},
-            info=info,
-            embedding=np.asarray(embedding, np.float32).tobytes(),
-            prompt_hash=digest,
-            prompt_chars=len(text),
-            request_metadata=jsonable(request.metadata),
-        )
-    )
-    await session.commit()
+    direct = {
+        "id": decision_id,
+        "tenant_id": tenant.id,
+        "router_id": None,
+        "router_version": 0,
+        "policy": DIRECT,
+        "models": [backend],
+        "query": [],
+        "scores": {},
+        "info": info,
+        "embedding": np.asarray(embedding, np.float32).tobytes(),
+        "prompt_hash": digest,
+        "prompt_chars": len(text),
+        "request_metadata": jsonable(request.metadata),
+        "created_at": utcnow(),
+    }
+    await ctx.ledger.write(LedgerWrite(decision=direct))
     metrics.count_decision(tenant.name, DIRECT_LABEL)
-    return RouteResponse(
+    turn.route = RouteResponse(
         decision_id=decision_id,
         router=None,
         policy=DIRECT,
@@ -119,66 +105,41 @@ async def decide_direct(
         query=[],
         info={},
     )
+    return turn.route
 
 
-@dataclass(frozen=True)
-class PendingDecision:
-    """A decision made but not yet written: its row's values (``DecisionRow`` attribute names). A
-    forwarded request writes it with its attempts and cost, in one transaction (app/routing/costs.py).
-    ``counted``: its router's counter already counts it (a policy whose counter use is ``exact``);
-    otherwise ``insert_decision`` counts it in the transaction that writes it."""
-
-    values: dict[str, Any]
-    router_name: str
-    counted: bool = True
-    queried: bool = False
-
-    def row(self) -> DecisionRow:
-        """The row as an unsaved ORM object (for the code that reads a decision's fields)."""
-        return DecisionRow(**self.values)
-
-    def write(self, values: dict[str, Any] | None = None) -> LedgerWrite:
-        """The decision (``values`` when given, else its own) as a ledger write, with its counter's
-        increment when the counter does not count it yet."""
-        router_id = self.values["router_id"]
-        count = None if self.counted or router_id is None else (router_id, 1, 1 if self.queried else 0)
-        return LedgerWrite(decision=values or self.values, count=count)
+async def decide(turn: Turn) -> RouteResponse:
+    """Choose and write the turn's decision (``POST /route``)."""
+    await choose(turn)
+    await log_decision(turn)
+    return turn.decided
 
 
-async def decide(
-    ctx: AppContext, session: AsyncSession, tenant: Tenant, request: RouteRequest
-) -> tuple[RouteResponse, Router]:
-    """``route``, also returning the router it resolved (forwarding needs its judge)."""
-    response, router, pending = await choose(ctx, session, tenant, request)
-    await log_decision(ctx, session, tenant, pending)
-    return response, router
-
-
-async def log_decision(
-    ctx: AppContext, session: AsyncSession, tenant: Tenant, pending: PendingDecision
-) -> None:
-    """Write a decision and commit. Through the ledger (app/store/ledger.py), its counter's increment
-    in the same transaction; in the session's transaction when that already counted it (an ``exact``
-    policy: the counter's row is locked there until this commit)."""
+async def log_decision(turn: Turn) -> None:
+    """Write the turn's pending decision and commit. Through the ledger (app/store/ledger.py), its
+    counter's increment in the same transaction; in the session's transaction when that already
+    counted it (an ``exact`` policy: the counter's row is locked there until this commit)."""
+    pending = turn.pending
+    assert pending is not None, "no decision to write"
     if pending.counted:
-        await insert_rows(session, DecisionRow, [pending.values])
-        await session.commit()
+        await insert_rows(turn.session, DecisionRow, [pending.values])
+        await turn.session.commit()
     else:
-        await ctx.ledger.write(pending.write())
-    metrics.count_decision(tenant.name, pending.router_name)
+        await turn.ctx.ledger.write(pending.write())
+    turn.pending = None
+    metrics.count_decision(turn.tenant.name, pending.router_name)
 
 
-async def choose(
-    ctx: AppContext, session: AsyncSession, tenant: Tenant, request: RouteRequest
-) -> tuple[RouteResponse, Router, PendingDecision]:
-    """The decision, not yet written. The router's counter, by the policy's counter use
+async def choose(turn: Turn) -> RouteResponse:
+    """The turn's decision (``route``), not yet written (``pending``). The router's counter, by the policy's counter use
     (``routers.base.CounterUse``): ``exact``, counted now in the session's transaction, which the caller
     commits (with the decision, ``log_decision``, or alone before forwarding); ``read``, read without a
     lock (``RoundCounts``: the ledger's counts, re-read at most every ``counter_read_ttl_s``, plus this
     process's decisions since) and counted when the decision is written;
     ``none``, not read, counted when written. So a forwarded request through a policy that needs no
     exact count commits once, after its call."""
-    router = await resolve_router(ctx, tenant, request.router)
+    ctx, session, tenant, request, router = turn.ctx, turn.session, turn.tenant, turn.request, turn.router
+    assert router is not None, "a direct call asks no policy"
     text = prompt_text(ctx, request)
     arms = list(router.arms)
     if request.candidates is not None:
@@ -243,7 +204,7 @@ async def choose(
         "request_metadata": jsonable(request.metadata),
         "created_at": utcnow(),
     }
-    response = RouteResponse(
+    turn.route = RouteResponse(
         decision_id=decision_id,
         router=router.name,
         policy=router.policy,
@@ -254,11 +215,34 @@ async def choose(
         query=list(decision.query),
         info=info,
     )
-    return (
-        response,
-        router,
-        PendingDecision(values, router.name, counted=use == "exact", queried=bool(decision.query)),
+    turn.pending = PendingDecision(values, router.name, counted=use == "exact", queried=bool(decision.query))
+    return turn.route
+
+
+async def reselect(
+    ctx: AppContext, row: DecisionRow, tried: list[str], candidates: list[str] | None = None
+) -> Decision | None:
+    """The policy's decision for the same prompt with ``tried`` excluded (``Context.tried``), with the
+    decision's stored embedding, its per-decision generator and its id as ``Context.decision_key``
+    (the key its feedback events carry, so a policy's per-decision state finds it); None when the
+    decision has no router (any more) or the policy raises."""
+    router = await ctx.catalog.router_by_id(row.router_id) if row.router_id is not None else None
+    if router is None:
+        return None
+    context = Context(
+        embedding=np.frombuffer(row.embedding, dtype=np.float32).copy(),
+        arms=candidates,
+        costs=await expected_costs(ctx, list(router.arms), row.prompt_chars),
+        tried=list(tried),
+        rng=KeyedRng(router.seed, generator_key(row.id, (row.info or {}).get("seed"))),
+        decision_key=row.id,
     )
+    runtime = await ctx.states.get(router)
+    try:
+        return runtime.policy.select(context)
+    except Exception:  # a policy that cannot re-select must not turn a clean answer into a 500
+        log.exception("re-selecting after %s failed for decision %s", tried, row.id)
+        return None
 
 
 def upsert_for(session: AsyncSession):  # type: ignore[no-untyped-def]

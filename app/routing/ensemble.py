@@ -5,31 +5,20 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from app.backends import AttemptRecord, BackendFailure, Target
-from app.context import AppContext
 from app.routing.answers import Forwarded, Member
 from app.routing.costs import answer_cost, attempt_rows, save_attempts
 from app.routing.fallback import gave_up, load_target
-from app.routing.feedback import Outcome, resolve_feedback, store_feedback
-from app.schemas import RouteRequest, RouteResponse
+from app.routing.feedback import FeedbackReport, resolve_feedback, store_feedback
+from app.routing.turn import Turn
 from app.store.db import commit_if_used
 from app.store.ledger import LedgerWrite
-from app.store.models import Tenant
 
 
-async def forward_ensemble(
-    ctx: AppContext,
-    session: AsyncSession,
-    tenant: Tenant,
-    request: RouteRequest,
-    route: RouteResponse,
-    body: dict[str, Any],
-    path: str,
-) -> Forwarded:
-    """An ensemble: call every model of the decision in parallel (each with its own retries, no
+async def forward_ensemble(turn: Turn, body: dict[str, Any], path: str) -> Forwarded:
+    """An ensemble: call every model of the turn's decision in parallel (each with its own retries, no
     fallback), record each answer's cost, answer with all of them; 502/504 only if none answered."""
+    ctx, tenant, request, route = turn.ctx, turn.tenant, turn.request, turn.decided
     attempts: list[AttemptRecord] = []
     targets: list[Target] = []
     failures: list[BackendFailure] = []
@@ -38,7 +27,7 @@ async def forward_ensemble(
             targets.append(await load_target(ctx, model, path, attempts))
         except BackendFailure as exc:
             failures.append(exc)
-    await commit_if_used(session)  # end the read transaction: no pooled connection held during the calls
+    await commit_if_used(turn.session)  # end the read transaction: no pooled connection held during the calls
     per_member: list[list[AttemptRecord]] = [[] for _ in targets]
     results = await asyncio.gather(
         *(ctx.backends.call_json(t, path, body, a) for t, a in zip(targets, per_member, strict=True)),
@@ -60,12 +49,13 @@ async def forward_ensemble(
     for number, attempt in enumerate(attempts, start=1):
         attempt.number = number
     if not answered:
-        await save_attempts(ctx, route.decision_id, attempts)
+        await save_attempts(turn, attempts)
         raise gave_up(route.decision_id, failures)
     first, payload, cost = answered[0]
     marks = {"answered_by": first.name, "ensemble": [t.name for t, _, _ in answered]}
     costs = [
-        Outcome(decision_id=route.decision_id, model=t.name, kind="cost", cost=c) for t, _, c in answered
+        FeedbackReport(decision_id=route.decision_id, model=t.name, kind="cost", cost=c)
+        for t, _, c in answered
     ]
     resolved = await resolve_feedback(ctx, tenant, costs)
     write = LedgerWrite(info=(route.decision_id, marks), attempts=attempt_rows(route.decision_id, attempts))

@@ -8,17 +8,16 @@ from collections.abc import Sequence
 from typing import Any
 
 import httpx
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.backend_keys import SecretKeyMissing
 from app.backends import AttemptRecord, BackendFailure, Target
 from app.context import AppContext
 from app.routing.answers import IMAGE_PATH
-from app.routing.cascade import reselect
 from app.routing.costs import save_attempts
-from app.routing.decide import DIRECT, PendingDecision
+from app.routing.decide import DIRECT, reselect
 from app.routing.errors import BackendsFailed, Declined
-from app.schemas import RouteRequest, RouteResponse
+from app.routing.turn import Turn
+from app.schemas import RouteResponse
 from app.store.db import commit_if_used
 from app.store.models import DecisionRow
 
@@ -43,45 +42,35 @@ async def load_target(ctx: AppContext, name: str, path: str, attempts: list[Atte
     return target
 
 
-async def next_model(
-    ctx: AppContext,
-    session: AsyncSession,
-    decision_id: str,
-    request: RouteRequest,
-    tried: list[str],
-    pending: PendingDecision | None = None,
-) -> str | None:
+async def next_model(turn: Turn, decision_id: str, tried: list[str]) -> str | None:
     """The policy's choice for the same prompt once ``tried`` are excluded (None: nothing left)."""
-    row = pending.row() if pending is not None else await session.get(DecisionRow, decision_id)
-    router_id = row.router_id if row is not None else None
-    router = await ctx.catalog.router_by_id(router_id) if router_id is not None else None
-    if row is None or router is None:
+    pending = turn.pending
+    row = pending.row() if pending is not None else await turn.session.get(DecisionRow, decision_id)
+    if row is None:
         return None
-    decision = await reselect(ctx, session, row, router, tried, request.candidates)
+    decision = await reselect(turn.ctx, row, tried, turn.request.candidates)
     arm = decision.arm if decision is not None else None
     return arm if arm is not None and arm not in tried else None
 
 
 async def call_with_fallback(
-    ctx: AppContext,
-    session: AsyncSession,
-    request: RouteRequest,
+    turn: Turn,
     route: RouteResponse,
     body: dict[str, Any],
     path: str,
     attempts: list[AttemptRecord],
     stream: bool,
     called: Sequence[str] = (),
-    pending: PendingDecision | None = None,
 ) -> tuple[Target, dict[str, Any] | httpx.Response]:
-    """Call the decision's model, then the policy's next choices (never one of ``called``, the models a
-    cascade already called for this decision); raise the gateway's 502/504 (a ``pending`` decision is
-    written with the attempts first)."""
+    """Call ``route``'s model, then the policy's next choices (never one of ``called``, the models a
+    cascade already called for this decision); raise the gateway's 502/504 (the turn's decision, when
+    still pending, is written with the attempts first)."""
     if route.model is None:
         raise Declined(
             f"router {route.router!r} declined to choose a model (decision {route.decision_id})",
             decision_id=route.decision_id,
         )
+    ctx = turn.ctx
     tried: list[str] = list(called)
     failures: list[BackendFailure] = []
     model: str | None = route.model
@@ -90,7 +79,7 @@ async def call_with_fallback(
         try:
             target = await load_target(ctx, model, path, attempts)
             # end the read transaction: no pooled connection held during the call
-            await commit_if_used(session)
+            await commit_if_used(turn.session)
             if stream:
                 return target, await ctx.backends.open_stream(target, path, body, attempts)
             return target, await ctx.backends.call_json(target, path, body, attempts)
@@ -98,8 +87,8 @@ async def call_with_fallback(
             failures.append(exc)
         if len(failures) > ctx.settings.forward_max_fallbacks or route.mode == DIRECT:
             break  # a direct call is fallback-free: the client named its backend
-        model = await next_model(ctx, session, route.decision_id, request, tried, pending)
-    await save_attempts(ctx, route.decision_id, attempts, pending)
+        model = await next_model(turn, route.decision_id, tried)
+    await save_attempts(turn, attempts)
     raise gave_up(route.decision_id, failures)
 
 

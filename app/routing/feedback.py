@@ -1,4 +1,4 @@
-"""Feedback events (``Outcome``): validate, insert idempotently and commit (through the ledger,
+"""Feedback events (``FeedbackReport``): validate, insert idempotently and commit (through the ledger,
 app/store/ledger.py), publish; clients' events wait for their own fold (read-your-writes), the
 gateway's own (costs, cascade steps) wait for neither the send nor the fold."""
 
@@ -21,7 +21,7 @@ from app.store.models import DecisionRow, FeedbackEvent, Router, Tenant
 
 
 @dataclass(frozen=True)
-class Outcome:
+class FeedbackReport:
     """One feedback event about a decision, as the request path records it: from a client
     (``POST /feedback``, built from its ``FeedbackRequest``) or from the gateway itself (a forwarded
     call's cost, a cascade step, a probe's cost)."""
@@ -36,10 +36,12 @@ class Outcome:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
-Resolved = tuple[Outcome, DecisionRow, Router | None, str]  # an item, its decision, router, model
+Resolved = tuple[FeedbackReport, DecisionRow, Router | None, str]  # an item, its decision, router, model
 
 
-async def record_feedback(ctx: AppContext, tenant: Tenant, items: list[Outcome]) -> list[FeedbackAccepted]:
+async def record_feedback(
+    ctx: AppContext, tenant: Tenant, items: list[FeedbackReport]
+) -> list[FeedbackAccepted]:
     """Validate every item first (nothing is written if one is bad), then insert them idempotently in
     one transaction, commit, publish, and wait for this process to fold them.
 
@@ -61,7 +63,7 @@ async def record_feedback(ctx: AppContext, tenant: Tenant, items: list[Outcome])
 
 
 async def resolve_feedback(
-    ctx: AppContext, tenant: Tenant, items: list[Outcome], remembered: bool = True
+    ctx: AppContext, tenant: Tenant, items: list[FeedbackReport], remembered: bool = True
 ) -> list[Resolved]:
     """Each item with its decision, router and the model it is about; raises on the first bad one.
     The decisions come from the ledger (committed: every decision is durable before its answer; from
@@ -172,7 +174,7 @@ async def store_feedback(
     return accepted
 
 
-async def event_payload(ctx: AppContext, item: Outcome) -> dict[str, object]:
+async def event_payload(ctx: AppContext, item: FeedbackReport) -> dict[str, object]:
     """An event's ``payload``: the output's embedding (``output_text`` embedded here) and metadata."""
     payload: dict[str, object] = {}
     if item.output_embedding is not None:

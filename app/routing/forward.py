@@ -1,67 +1,60 @@
-"""Forwarding, the story in one function: decide (unless given), call with fallback, settle; an
-ensemble or a judged cascade when the decision or its router asks for one.
+"""Forwarding, the story in one function: decide (unless the turn has its decision), call with
+fallback, record the answer; an ensemble or a judged cascade when the decision or its router asks for
+one; a stream passed through when the client asked for one and the decision allows it.
 
-A decision made here is written by ``settle``, with its attempts, cost event and its router's counter,
-in one transaction after the call; it is durable before the answer, like every decision. Only a policy
-that spends a budget on the counter (``counter_use == "exact"``, BALROG) has it counted and committed
-alone before the call, so no lock is held during it. One that declines or names a set is written
-before anything else, as ``/route`` writes it."""
+A decision made here is written by ``record_answer``, with its attempts, cost event and its router's
+counter, in one transaction after the call; it is durable before the answer, like every decision.
+Only a policy that spends a budget on the counter (``counter_use == "exact"``, BALROG) has it counted
+and committed alone before the call, so no lock is held during it. One that declines or names a set
+is written before anything else, as ``/route`` writes it."""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import replace
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
-from app.backends import AttemptRecord
-from app.context import AppContext
-from app.routing.answers import CHAT_PATH, Decided, Forwarded, answer_text, mixture_output, path_for
-from app.routing.costs import answer_cost, settle
-from app.routing.decide import PendingDecision, choose, log_decision
+from app.routing.answers import CHAT_PATH, Forwarded, Stream, path_for
+from app.routing.cascade import judged_cascade
+from app.routing.costs import record_answer
+from app.routing.decide import choose, decide, log_decision
 from app.routing.ensemble import forward_ensemble
 from app.routing.fallback import call_with_fallback
-from app.routing.judge import judged_cascade
-from app.routing.kinds import check_serves
-from app.schemas import RouteRequest
+from app.routing.stream import stream_answer
+from app.routing.turn import Turn
 from app.store.db import commit_if_used
-from app.store.models import Tenant
 
 
-async def forward_json(
-    ctx: AppContext,
-    session: AsyncSession,
-    tenant: Tenant,
-    request: RouteRequest,
-    body: dict[str, Any],
-    decided: Decided | None = None,
-) -> Forwarded:
-    """Route (unless ``decided`` is the decision already made, with its router), call, settle; an
-    ensemble or a judged cascade when the decision or its router asks for one."""
+async def forward_json(turn: Turn) -> Forwarded:
+    """Decide (unless the turn has its decision), call, record the answer; an ensemble or a judged
+    cascade when the decision or its router asks for one."""
+    assert turn.body is not None, "nothing to forward"
+    body = turn.body
     path = path_for(body)
-    pending: PendingDecision | None = None
-    if decided is not None:
-        route, router = decided
-    else:
-        await check_serves(ctx, tenant, request, path)
-        route, chosen, pending = await choose(ctx, session, tenant, request)
-        router = chosen
-        if route.model is None or route.mode == "set":  # answered before any settle: written now
-            await log_decision(ctx, session, tenant, pending)
-            pending = None
+    if turn.route is None:
+        route = await choose(turn)
+        if route.model is None or route.mode == "set":  # answered before any record_answer: written now
+            await log_decision(turn)
         else:  # an exact policy's counter alone, or the read of it: nothing held during the call
-            await commit_if_used(session)
-    attempts: list[AttemptRecord] = []
+            await commit_if_used(turn.session)
+    route = turn.decided
     if route.mode == "set" and len(route.models) > 1:
-        return await forward_ensemble(ctx, session, tenant, request, route, body, path)
-    target, payload = await call_with_fallback(
-        ctx, session, request, route, body, path, attempts, stream=False, pending=pending
-    )
+        return await forward_ensemble(turn, body, path)
+    target, payload = await call_with_fallback(turn, route, body, path, turn.attempts, stream=False)
     assert isinstance(payload, dict)
-    cost = answer_cost(target, request, payload, path)
-    output = mixture_output(route.mode, answer_text(payload)) if path == CHAT_PATH else None
-    await settle(ctx, session, tenant, route.decision_id, target, attempts, cost, output, pending)
-    if router is not None and router.judge_url and path == CHAT_PATH:
-        return await judged_cascade(
-            ctx, session, tenant, request, route, body, router, target, payload, cost, attempts
-        )
-    return Forwarded(route, target, payload, cost, attempts)
+    cost = await record_answer(turn, target, turn.attempts, payload, path)
+    if turn.router is not None and turn.router.judge_url and path == CHAT_PATH:
+        return await judged_cascade(turn, target, payload, cost)
+    return Forwarded(route, target, payload, cost, turn.attempts)
+
+
+async def forward_stream(turn: Turn) -> Stream | Forwarded:
+    """Decide (unless the turn has its decision, written first either way) and open the upstream event
+    stream (``stream_answer``). An ensemble (a ``set`` decision) or a judged cascade needs whole
+    answers before it can answer, so it is run as without ``stream`` and returned as ``Forwarded``;
+    the caller streams that answer."""
+    assert turn.body is not None, "nothing to forward"
+    if turn.route is None:
+        await decide(turn)
+    route = turn.decided
+    if (route.mode == "set" and len(route.models) > 1) or (turn.router is not None and turn.router.judge_url):
+        return await forward_json(replace(turn, body={**turn.body, "stream": False}))
+    return await stream_answer(turn)

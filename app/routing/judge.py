@@ -1,94 +1,20 @@
-"""Gateway-driven cascades: a router with a judge gets answers checked before they are returned.
-
-The judge is an HTTP endpoint of the tenant's: ``POST judge_url`` with ``{"decision_id", "model",
-"prompt", "answer"}`` answers ``{"pass": true|false}`` or ``{"score": number}``. A step passes when its
-score (pass = 1, fail = 0) reaches the router's ``judge_threshold``. Each step is learned as a
-``cascade-step`` event whose reward is the score clipped to the router's reward range (pass/fail map to
-its ends); a failed step asks for the next model the way ``POST /route/{id}/next`` does (the fixed
-cascade's next model, or the policy re-asked without the models tried). The cascade stops at the first
-pass, when nothing is left, after ``judge_max_steps`` calls, or when the judge itself fails (the last
-answer is then returned as it is, and the step records no reward)."""
+"""A router's judge: an HTTP endpoint of the tenant's that scores forwarded answers (the judged cascade
+that asks it is in app/routing/cascade.py). ``POST judge_url`` with ``{"decision_id", "model",
+"prompt", "answer"}`` answers ``{"pass": true|false}`` or ``{"score": number}``; a step passes when its
+score (pass = the router's highest reward, fail = its lowest) reaches the router's ``judge_threshold``."""
 
 from __future__ import annotations
 
 import logging
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import httpx
-from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.backends import AttemptRecord, BackendClient, Target
-from app.context import AppContext
-from app.routing.answers import CHAT_PATH, Forwarded, JudgedStep, answer_text
-from app.routing.cascade import next_step
-from app.routing.costs import answer_cost, settle
-from app.routing.errors import BackendsFailed
-from app.routing.fallback import call_with_fallback
-from app.routing.feedback import Outcome, record_feedback
-from app.schemas import CascadeNextRequest, RouteRequest, RouteResponse
-from app.store.models import Router, Tenant
+from app.backends import BackendClient
+from app.store.models import Router
 
 log = logging.getLogger(__name__)
-
-
-async def judged_cascade(
-    ctx: AppContext,
-    session: AsyncSession,
-    tenant: Tenant,
-    request: RouteRequest,
-    route: RouteResponse,
-    body: dict[str, Any],
-    router: Router,
-    target: Target,
-    payload: dict[str, Any],
-    cost: float,
-    attempts: list[AttemptRecord],
-) -> Forwarded:
-    """Ask the router's judge about each answer; on a fail, call the cascade's next model."""
-    steps: list[JudgedStep] = []
-    all_attempts = list(attempts)
-    while True:
-        verdict = await ask_judge(
-            ctx.backends,
-            router,
-            ctx.settings.judge_timeout_s,
-            route.decision_id,
-            target.name,
-            request.text(),
-            answer_text(payload),
-        )
-        steps.append(JudgedStep(target.name, verdict.score, verdict.passed, cost))
-        reward = None if verdict.score is None else reward_for(verdict.score, router)
-        if verdict.score is None or verdict.passed or len(steps) >= ctx.settings.judge_max_steps:
-            if reward is not None:
-                step = Outcome(
-                    decision_id=route.decision_id, model=target.name, kind="cascade-step", reward=reward
-                )
-                await record_feedback(ctx, tenant, [step])
-            break
-        following = await next_step(
-            ctx, session, tenant, route.decision_id, CascadeNextRequest(model=target.name, reward=reward)
-        )
-        if following.stop or following.model is None:
-            break
-        step_route = route.model_copy(update={"model": following.model, "models": [following.model]})
-        step_attempts: list[AttemptRecord] = []
-        try:
-            called = [step.model for step in steps]
-            target, answer = await call_with_fallback(
-                ctx, session, request, step_route, body, CHAT_PATH, step_attempts, False, called
-            )
-        except BackendsFailed:  # the next backend failed: return the last answer that came back
-            all_attempts.extend(step_attempts)
-            break
-        assert isinstance(answer, dict)
-        payload = answer
-        cost = answer_cost(target, request, payload, CHAT_PATH)
-        await settle(ctx, session, tenant, route.decision_id, target, step_attempts, cost)
-        all_attempts.extend(step_attempts)
-    return Forwarded(route, target, payload, sum(s.cost for s in steps), all_attempts, judged=steps)
 
 
 @dataclass(frozen=True)

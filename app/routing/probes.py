@@ -15,46 +15,21 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Exists, exists, select, update
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy import Exists, exists, select
 
 from app.backends import AttemptRecord, BackendFailure
 from app.context import AppContext
-from app.routing.answers import Forwarded, contents, path_for
+from app.routing.answers import Forwarded, Stream, contents, path_for
 from app.routing.costs import answer_cost
 from app.routing.fallback import load_target
-from app.routing.feedback import Outcome, record_feedback
+from app.routing.feedback import FeedbackReport, record_feedback
+from app.routing.probe_tasks import ProbeRunner
+from app.routing.turn import Turn
 from app.schemas import FeedbackAccepted, RouteRequest, RouteResponse
+from app.store.ledger import LedgerWrite
 from app.store.models import DecisionRow, FeedbackEvent, Probe, Tenant
 
 log = logging.getLogger(__name__)
-
-
-class ProbeRunner:
-    """The background probe tasks of one process, bounded by a semaphore."""
-
-    def __init__(self, concurrency: int) -> None:
-        self.semaphore = asyncio.Semaphore(concurrency)
-        self.tasks: set[asyncio.Task[None]] = set()
-
-    def start(self, work: Any) -> None:
-        task = asyncio.get_running_loop().create_task(work)
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
-
-    async def drain(self) -> None:
-        """Wait for every probe started so far (tests, shutdown)."""
-        while self.tasks:
-            await asyncio.gather(*list(self.tasks), return_exceptions=True)
-
-    async def close(self, grace_s: float = 0.0) -> None:
-        """Let running probes finish for up to ``grace_s`` (a rolling restart keeps their answers), then
-        cancel what is left."""
-        if self.tasks and grace_s > 0:
-            await asyncio.wait(list(self.tasks), timeout=grace_s)
-        for task in list(self.tasks):
-            task.cancel()
-        await asyncio.gather(*list(self.tasks), return_exceptions=True)
 
 
 def runner(ctx: AppContext) -> ProbeRunner:
@@ -63,28 +38,21 @@ def runner(ctx: AppContext) -> ProbeRunner:
     return ctx.probes
 
 
-def schedule(
-    ctx: AppContext,
-    tenant: Tenant,
-    request: RouteRequest,
-    route: RouteResponse,
-    body: dict[str, Any],
-    answered: list[str],
-) -> None:
-    """Start the probes of ``route.query`` other than the models that already answered the client."""
+def schedule(turn: Turn, done: Forwarded | Stream) -> None:
+    """Start the probes of the turn's decision's ``query`` other than the models whose answers the
+    client got (``done``: an ensemble's members that answered, else the one that answers)."""
+    route, body = turn.decided, turn.body or {}
+    members = done.members if isinstance(done, Forwarded) else None
+    answered = (
+        [done.target.name] if members is None else [m.backend for m in members if m.payload is not None]
+    )
     models = [m for m in dict.fromkeys(route.query) if m not in answered]
     if not models:
         return
     probe_body = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
     for model in models:
-        runner(ctx).start(_probe(ctx, ProbeJob(tenant.id, request, route, probe_body, model)))
-
-
-def answered_by(done: Forwarded) -> list[str]:
-    """The models whose answers the client got (an ensemble's members, else the one that answered)."""
-    if done.members is None:
-        return [done.target.name]
-    return [m.backend for m in done.members if m.payload is not None]
+        job = ProbeJob(turn.tenant.id, turn.request, route, probe_body, model)
+        runner(turn.ctx).start(_probe(turn.ctx, job))
 
 
 def _answer_text(payload: dict[str, Any]) -> str:
@@ -126,58 +94,34 @@ async def _call_and_store(ctx: AppContext, job: ProbeJob) -> None:
         tenant = await session.get(Tenant, tenant_id)
         if decision is None or tenant is None:
             return
-        router_id = decision.router_id
+        probe = {"decision_id": route.decision_id, "tenant_id": tenant_id, "router_id": decision.router_id}
+        probe |= {"model": model, "answer": None, "cost": None, "error": None}
         try:
             target = await load_target(ctx, model, path, attempts)
             await session.commit()  # no pooled connection held during the call
             payload = await ctx.backends.call_json(target, path, body, attempts)
         except BackendFailure as exc:
-            session.add(
-                Probe(
-                    decision_id=route.decision_id,
-                    tenant_id=tenant_id,
-                    router_id=router_id,
-                    model=model,
-                    status="failed",
-                    error=exc.logged(),
-                )
-            )
-            await session.commit()
+            failed = {**probe, "status": "failed", "error": exc.logged()}
+            await ctx.ledger.write(LedgerWrite(probes=[failed]))
             return
         cost = answer_cost(target, request, payload, path)
-        probe = Probe(
-            decision_id=route.decision_id,
-            tenant_id=tenant_id,
-            router_id=router_id,
-            model=model,
-            answer=_answer_text(payload),
-            cost=cost,
-            status="pending",
-        )
-        session.add(probe)
-        await session.commit()
+        answer = {**probe, "answer": _answer_text(payload), "cost": cost, "status": "pending"}
+        await ctx.ledger.write(LedgerWrite(probes=[answer]))
         # A query reward committed before this row was (an evaluator that read x-banditgate-query) found
         # no probe to mark: look again now that the row is committed.
         if await session.scalar(select(query_reward(route.decision_id, model))):
-            await session.execute(update(Probe).where(Probe.id == probe.id).values(status="answered"))
-            await session.commit()
-        feedback = Outcome(decision_id=route.decision_id, model=model, kind="cost", cost=cost)
+            await ctx.ledger.write(LedgerWrite(answered_probes=[(route.decision_id, model)]))
+        feedback = FeedbackReport(decision_id=route.decision_id, model=model, kind="cost", cost=cost)
         await record_feedback(ctx, tenant, [feedback])
 
 
-async def mark_answered(session: AsyncSession, accepted: list[FeedbackAccepted]) -> None:
-    """Mark the pending probes that new ``kind: query`` events answer. After the events' commit: a
-    probe whose query reward exists is never listed as pending anyway (``pending``), so this status
-    is kept for the admin views, not for correctness."""
+async def mark_answered(ctx: AppContext, accepted: list[FeedbackAccepted]) -> None:
+    """Mark the pending probes that new ``kind: query`` events answer, through the ledger. After the
+    events' commit: a probe whose query reward exists is never listed as pending anyway (``pending``),
+    so this status is kept for the admin views, not for correctness."""
     answered = [(a.decision_id, a.model) for a in accepted if a.kind == "query" and not a.duplicate]
-    for decision_id, model in answered:
-        await session.execute(
-            update(Probe)
-            .where(Probe.decision_id == decision_id, Probe.model == model, Probe.status == "pending")
-            .values(status="answered")
-        )
     if answered:
-        await session.commit()
+        await ctx.ledger.write(LedgerWrite(answered_probes=answered))
 
 
 def query_reward(decision_id: Any, model: Any) -> Exists:

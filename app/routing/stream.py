@@ -10,28 +10,20 @@ from typing import Any
 
 import anyio
 import httpx
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.backends import AttemptRecord, Target
-from app.context import AppContext
 from app.routing.answers import (
     BODY_FIELD,
     CHAT_PATH,
-    Decided,
-    Forwarded,
     Stream,
     asks_usage,
     body_field,
     estimated_usage,
     mixture_output,
 )
-from app.routing.costs import settle, usage_tokens
-from app.routing.decide import decide
+from app.routing.costs import record_call, usage_tokens
 from app.routing.fallback import call_with_fallback
-from app.routing.forward import forward_json
-from app.routing.kinds import check_serves
-from app.schemas import RouteRequest
-from app.store.models import Tenant
+from app.routing.turn import Turn
 
 log = logging.getLogger(__name__)
 
@@ -87,34 +79,18 @@ def _estimated_usage_chunk(
     return "data: " + json.dumps(chunk, separators=(",", ":")) + "\n\n"
 
 
-async def forward_stream(
-    ctx: AppContext,
-    session: AsyncSession,
-    tenant: Tenant,
-    request: RouteRequest,
-    body: dict[str, Any],
-    decided: Decided | None = None,
-) -> Stream | Forwarded:
-    """Open the upstream event stream (with retries and fallbacks before its first byte) and return the
-    events to pass through. A client that disconnects cancels the iterator, which closes the upstream
-    response: the backend sees its connection closed.
-
-    An ensemble (a ``set`` decision) or a judged cascade needs whole answers before it can answer, so it
-    is run as without ``stream`` and returned as ``Forwarded``; the caller streams that answer."""
-    if decided is None:
-        await check_serves(ctx, tenant, request, CHAT_PATH)
-    route, router = decided if decided is not None else await decide(ctx, session, tenant, request)
-    if (route.mode == "set" and len(route.models) > 1) or (router is not None and router.judge_url):
-        unstreamed = {**body, "stream": False}
-        return await forward_json(ctx, session, tenant, request, unstreamed, decided=(route, router))
+async def stream_answer(turn: Turn) -> Stream:
+    """Open the upstream event stream of the turn's decision (with retries and fallbacks before its
+    first byte) and return the events to pass through. A client that disconnects cancels the iterator,
+    which closes the upstream response: the backend sees its connection closed."""
+    ctx, request, route, body = turn.ctx, turn.request, turn.decided, turn.body
+    assert body is not None
     attempts: list[AttemptRecord] = []
     given = body.get("stream_options")
     options: dict[str, Any] = given if isinstance(given, dict) else {}
     asked_usage = asks_usage(body)
     upstream_body = {**body, "stream": True, "stream_options": {**options, "include_usage": True}}
-    target, response = await call_with_fallback(
-        ctx, session, request, route, upstream_body, CHAT_PATH, attempts, True
-    )
+    target, response = await call_with_fallback(turn, route, upstream_body, CHAT_PATH, attempts, True)
     assert isinstance(response, httpx.Response)
     prompt_chars = len(request.text())
     field = body_field(route, target.name)
@@ -153,9 +129,8 @@ async def forward_stream(
                 cost = target.cost(tin, tout)
             with anyio.CancelScope(shield=True):
                 try:
-                    async with ctx.sessionmaker() as own:
-                        output = mixture_output(route.mode, "".join(seen.get("text", [])))
-                        await settle(ctx, own, tenant, route.decision_id, target, attempts, cost, output)
+                    output = mixture_output(route.mode, "".join(seen.get("text", [])))
+                    await record_call(turn, target, attempts, cost, output)
                 except Exception:
                     log.exception("recording the stream of decision %s failed", route.decision_id)
         if outcome == "connection":

@@ -24,7 +24,7 @@ from sqlalchemy.dialects.postgresql import asyncpg as pg_asyncpg
 from sqlalchemy.dialects.sqlite import pysqlite
 from sqlalchemy.engine import Dialect
 
-from app.store.models import Base, DecisionRow, FeedbackEvent, RouterCounter
+from app.store.models import Base, DecisionRow, FeedbackEvent, Probe, RouterCounter
 from app.store.statements import column_row, table_of
 
 Processor = Callable[[Any], Any]
@@ -161,6 +161,21 @@ def info_merge(dialect_name: str, values: str = "") -> str:
     return (
         f"UPDATE {table} AS t SET info = (COALESCE(t.info::jsonb, '{{}}'::jsonb) || v.keys)::json "
         f"FROM (VALUES {values}) AS v(id, keys) WHERE t.id = v.id"
+    )
+
+
+PROBE_MARK_VALUES_PG = "($1::VARCHAR, $2::VARCHAR)"  # decision id, model
+
+
+def probes_answered(values: str = "") -> str:
+    """Mark pending probes answered. SQLite: one probe, parameters (decision id, model); Postgres: the
+    probes of ``values`` (``PROBE_MARK_VALUES_PG`` tuples)."""
+    table = Probe.__tablename__
+    if not values:
+        return f"UPDATE {table} SET status = 'answered' WHERE decision_id = ? AND model = ? AND status = 'pending'"
+    return (
+        f"UPDATE {table} AS t SET status = 'answered' FROM (VALUES {values}) AS v(decision_id, model) "
+        "WHERE t.decision_id = v.decision_id AND t.model = v.model AND t.status = 'pending'"
     )
 
 

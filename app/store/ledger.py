@@ -1,11 +1,11 @@
 """The ledger: the request path's writes, group-committed through the database driver.
 
-A request hands its rows (a decision, its attempts, its feedback events, its router counter's
-increment) to ``Ledger.write`` and gets control back only after they are committed, so a decision is
+A request (or its background probe) hands its rows (a decision, its attempts, its feedback events, its
+router counter's increment, probes) to ``Ledger.write`` and gets control back only after they are committed, so a decision is
 durable before its answer and feedback is acknowledged only after commit, as before. What changes is
 how: one writer per process takes every write waiting at that moment and commits them in one
 transaction (group commit), through the driver with statements compiled once (app/store/driver_sql.py),
-instead of each request running its own SQLAlchemy session transaction (issue 13's profile: on SQLite
+instead of each request running its own SQLAlchemy session transaction (a profile of the request path: on SQLite
 about fifteen hand-offs to aiosqlite's thread per forwarded request, on Postgres a round trip per
 statement). Concurrent requests share a commit: one WAL flush on Postgres, one write-lock turn on
 SQLite.
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from app.store.driver_sql import counts_selects, decisions_selects, driver_rows, model_params
-from app.store.models import Attempt, DecisionRow, FeedbackEvent
+from app.store.models import Attempt, DecisionRow, FeedbackEvent, Probe
 from app.store.recent_decisions import RecentDecisions
 
 FeedbackKey = tuple[str | None, str, str]  # (decision_id, model, kind): the feedback table's unique key
@@ -43,13 +43,17 @@ class LedgerWrite:
     """One request's rows (mapped attribute names, as the app keys them): a ``decision``, its
     ``attempts``, ``feedback`` events (each inserted unless one with its (decision, model, kind)
     exists), ``count``: (router id, decisions, query rounds) added to the router's counter, and
-    ``info``: (decision id, keys) merged into a stored decision's ``info`` (who answered it)."""
+    ``info``: (decision id, keys) merged into a stored decision's ``info`` (who answered it), ``probes``:
+    active-learning probes' rows, ``answered_probes``: (decision id, model) of pending probes marked
+    answered."""
 
     decision: Mapping[str, Any] | None = None
     attempts: Sequence[Mapping[str, Any]] = ()
     feedback: Sequence[Mapping[str, Any]] = ()
     count: tuple[int, int, int] | None = None
     info: tuple[str, Mapping[str, Any]] | None = None
+    probes: Sequence[Mapping[str, Any]] = ()
+    answered_probes: Sequence[tuple[str, str]] = ()
 
 
 @dataclass
@@ -63,11 +67,14 @@ class PreparedWrite:
     feedback_keys: list[FeedbackKey] = field(default_factory=list)
     count: tuple[int, int, int] | None = None
     info: tuple[str, str] | None = None  # (decision id, the keys to merge as a JSON object)
+    probes: list[list[Any]] = field(default_factory=list)
+    answered_probes: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def parameters(self) -> int:
-        rows = self.decisions + self.attempts + self.feedback
-        return sum(len(r) for r in rows) + (3 if self.count else 0) + (2 if self.info else 0)
+        rows = self.decisions + self.attempts + self.feedback + self.probes
+        marks = 2 * len(self.answered_probes)
+        return sum(len(r) for r in rows) + (3 if self.count else 0) + (2 if self.info else 0) + marks
 
 
 @dataclass(frozen=True)
@@ -89,7 +96,7 @@ Read = CountsRead | DecisionsRead
 Queued = PreparedWrite | Read
 Counts = tuple[int, int]
 # a write's feedback ids, a read's counts or decisions, or its error
-Outcome = list[int | None] | Counts | list[DecisionRow] | BaseException
+Served = list[int | None] | Counts | list[DecisionRow] | BaseException
 
 
 def split(batch: Sequence[Queued]) -> tuple[list[tuple[int, Read]], list[tuple[int, PreparedWrite]]]:
@@ -116,7 +123,7 @@ def read_outcomes(
     reads: Sequence[tuple[int, Read]],
     results: Sequence[tuple[type[Read], Sequence[Sequence[Any]]]],
     dialect_name: str,
-) -> dict[int, Outcome]:
+) -> dict[int, Served]:
     """Each read's outcome by its position, from the rows its ``read_statements`` returned: a
     counter's (decisions, query rounds), (0, 0) for a router never counted; a ``DecisionsRead``'s
     decisions in the order asked, each once, the tenant's only (detached rows: the ORM's values)."""
@@ -130,7 +137,7 @@ def read_outcomes(
             else:
                 decision = DecisionRow(**rows.attributes(record))
                 decisions[decision.id] = decision
-    outcomes: dict[int, Outcome] = {}
+    outcomes: dict[int, Served] = {}
     for i, read in reads:
         if isinstance(read, CountsRead):
             outcomes[i] = counts.get(read.router_id, (0, 0))
@@ -149,6 +156,8 @@ def prepare(write: LedgerWrite, dialect_name: str) -> PreparedWrite:
     if write.decision is not None:
         prepared.decisions.append(model_params(DecisionRow, dialect_name, write.decision))
     prepared.attempts = [model_params(Attempt, dialect_name, row) for row in write.attempts]
+    prepared.probes = [model_params(Probe, dialect_name, row) for row in write.probes]
+    prepared.answered_probes = list(write.answered_probes)
     for row in write.feedback:
         prepared.feedback.append(model_params(FeedbackEvent, dialect_name, row))
         prepared.feedback_keys.append((row.get("decision_id"), str(row["model"]), str(row["kind"])))
@@ -286,13 +295,13 @@ def drain(
 
 def answered(
     size: int,
-    reads: Mapping[int, Outcome],
+    reads: Mapping[int, Served],
     writes: Sequence[tuple[int, PreparedWrite]],
-    committed: Sequence[Outcome],
-) -> list[Outcome]:
+    committed: Sequence[Served],
+) -> list[Served]:
     """Each item's outcome in the batch's order: a read's (``read_outcomes``), a write's feedback ids
     or error."""
-    outcomes: list[Outcome] = [LedgerError("not served") for _ in range(size)]
+    outcomes: list[Served] = [LedgerError("not served") for _ in range(size)]
     for i, outcome in reads.items():
         outcomes[i] = outcome
     for (i, _), outcome in zip(writes, committed, strict=True):
@@ -300,7 +309,7 @@ def answered(
     return outcomes
 
 
-def settle(pairs: Iterable[tuple[asyncio.Future[Any], Outcome]]) -> None:
+def hand_back(pairs: Iterable[tuple[asyncio.Future[Any], Served]]) -> None:
     """Hand each outcome to its waiting caller (a caller that went away has a done future: skipped)."""
     for future, outcome in pairs:
         if future.done():

@@ -26,10 +26,12 @@ from app.store.driver_sql import (
     COUNTER_VALUES_PG,
     FEEDBACK_CONFLICT,
     INFO_VALUES_PG,
+    PROBE_MARK_VALUES_PG,
     counter_upsert,
     driver_insert,
     info_merge,
     pg_tuples,
+    probes_answered,
     rows_sql,
 )
 from app.store.ledger import (
@@ -37,19 +39,19 @@ from app.store.ledger import (
     Ledger,
     LedgerClosed,
     LedgerError,
-    Outcome,
     PreparedWrite,
     Queued,
+    Served,
     answered,
     drain,
     feedback_ids,
+    hand_back,
     merged_counts,
     read_outcomes,
     read_statements,
-    settle,
     split,
 )
-from app.store.models import Attempt, DecisionRow, FeedbackEvent
+from app.store.models import Attempt, DecisionRow, FeedbackEvent, Probe
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +80,7 @@ def batch_statement(batch: Sequence[PreparedWrite]) -> tuple[str, list[Any]]:
     for name, model, rows in (
         ("d", DecisionRow, [r for w in batch for r in w.decisions]),
         ("a", Attempt, [r for w in batch for r in w.attempts]),
+        ("p", Probe, [r for w in batch for r in w.probes]),
     ):
         if rows:
             sql, offset = rows_sql(driver_insert(model, "postgresql"), len(rows), offset)
@@ -88,6 +91,11 @@ def batch_statement(batch: Sequence[PreparedWrite]) -> tuple[str, list[Any]]:
         values, offset = pg_tuples(INFO_VALUES_PG, len(merges), offset)
         parts.append(f"u AS ({info_merge('postgresql', values)})")
         args.extend(value for merge in merges for value in merge)
+    marks = [mark for w in batch for mark in w.answered_probes]
+    if marks:
+        values, offset = pg_tuples(PROBE_MARK_VALUES_PG, len(marks), offset)
+        parts.append(f"m AS ({probes_answered(values)})")
+        args.extend(value for mark in marks for value in mark)
     counts = merged_counts(batch)
     if counts:
         values, offset = pg_tuples(COUNTER_VALUES_PG, len(counts), offset)
@@ -154,9 +162,9 @@ class PostgresLedger(Ledger):
                 first, self._queue.get_nowait, asyncio.QueueEmpty, self._max_batch, MAX_PARAMETERS
             )
             outcomes = await self._serve([item for item, _ in batch])
-            settle((future, outcome) for (_, future), outcome in zip(batch, outcomes, strict=True))
+            hand_back((future, outcome) for (_, future), outcome in zip(batch, outcomes, strict=True))
 
-    async def _serve(self, batch: Sequence[Queued]) -> list[Outcome]:
+    async def _serve(self, batch: Sequence[Queued]) -> list[Served]:
         """The batch's reads (``read_statements``, before its writes), then its writes (one statement)."""
         reads, writes = split(batch)
         try:
@@ -174,7 +182,7 @@ class PostgresLedger(Ledger):
             return [LedgerError(f"the ledger failed: {exc}") for _ in batch]
         return answered(len(batch), found, writes, committed)
 
-    async def _commit(self, batch: Sequence[PreparedWrite]) -> list[Outcome]:
+    async def _commit(self, batch: Sequence[PreparedWrite]) -> list[Served]:
         try:
             return list(await self._statement(batch))
         except asyncpg.PostgresError as exc:
@@ -182,7 +190,7 @@ class PostgresLedger(Ledger):
                 raise
             if len(batch) == 1:
                 return [LedgerError(f"Postgres refused the write: {exc}")]
-        outcomes: list[Outcome] = []
+        outcomes: list[Served] = []
         for write in batch:  # the batch failed: each write alone, so one bad write fails only itself
             try:
                 outcomes.extend(await self._statement([write]))

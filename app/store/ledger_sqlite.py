@@ -39,26 +39,27 @@ from app.store.driver_sql import (
     driver_insert,
     feedback_insert_sqlite,
     info_merge,
+    probes_answered,
 )
 from app.store.ledger import (
     FeedbackKey,
     Ledger,
     LedgerClosed,
     LedgerError,
-    Outcome,
     PreparedWrite,
     Queued,
     Read,
+    Served,
     answered,
     drain,
     feedback_ids,
+    hand_back,
     merged_counts,
     read_outcomes,
     read_statements,
-    settle,
     split,
 )
-from app.store.models import Attempt, DecisionRow
+from app.store.models import Attempt, DecisionRow, Probe
 from app.store.sqlite_settings import BUSY_TIMEOUT_S, apply_pragmas
 
 log = logging.getLogger(__name__)
@@ -166,7 +167,7 @@ class SqliteLedger(Ledger):
         if self._inline is not None:
             self._inline.close()
 
-    def _serve_inline(self, conn: sqlite3.Connection, item: Queued) -> Outcome:
+    def _serve_inline(self, conn: sqlite3.Connection, item: Queued) -> Served:
         """One item on ``conn``: a read, or a write in its own transaction; raises ``_LockHeld`` (with
         nothing committed) when SQLite's write lock is held elsewhere."""
         try:
@@ -224,7 +225,7 @@ class SqliteLedger(Ledger):
         finally:
             self._conn.close()
 
-    def _serve(self, batch: Sequence[Queued]) -> list[Outcome]:
+    def _serve(self, batch: Sequence[Queued]) -> list[Served]:
         """The batch's reads (``read_statements``, before its writes), then its writes (one transaction)."""
         reads, writes = split(batch)
         try:
@@ -237,14 +238,14 @@ class SqliteLedger(Ledger):
             return [LedgerError(f"the ledger failed: {exc}") for _ in batch]
         return answered(len(batch), found, writes, committed)
 
-    def _commit(self, batch: Sequence[PreparedWrite]) -> list[Outcome]:
+    def _commit(self, batch: Sequence[PreparedWrite]) -> list[Served]:
         try:
             return list(self._transaction(self._conn, batch))
         except sqlite3.Error as exc:
             self._rollback(self._conn)
             if len(batch) == 1:
                 return [LedgerError(f"SQLite refused the write: {exc}")]
-        outcomes: list[Outcome] = []
+        outcomes: list[Served] = []
         for write in batch:  # the batch failed: each write alone, so one bad write fails only itself
             try:
                 outcomes.extend(self._transaction(self._conn, [write]))
@@ -253,7 +254,7 @@ class SqliteLedger(Ledger):
                 outcomes.append(LedgerError(f"SQLite refused the write: {exc}"))
         return outcomes
 
-    def _read(self, conn: sqlite3.Connection, reads: Sequence[tuple[int, Read]]) -> dict[int, Outcome]:
+    def _read(self, conn: sqlite3.Connection, reads: Sequence[tuple[int, Read]]) -> dict[int, Served]:
         """Each read's outcome by its position, one statement per kind (``read_statements``) on ``conn``."""
         results = [
             (kind, conn.execute(sql, params).fetchall())
@@ -277,6 +278,12 @@ class SqliteLedger(Ledger):
         attempts = [row for write in batch for row in write.attempts]
         if attempts:
             conn.executemany(driver_insert(Attempt, self.dialect).sql, attempts)
+        probes = [row for write in batch for row in write.probes]
+        if probes:
+            conn.executemany(driver_insert(Probe, self.dialect).sql, probes)
+        marks = [mark for write in batch for mark in write.answered_probes]
+        if marks:
+            conn.executemany(probes_answered(), marks)
         for write in batch:
             if write.info is not None:
                 decision_id, keys = write.info
@@ -295,13 +302,13 @@ class SqliteLedger(Ledger):
         return feedback_ids(batch, inserted)
 
 
-def _deliver(batch: Sequence[Item], outcomes: Sequence[Outcome]) -> None:
+def _deliver(batch: Sequence[Item], outcomes: Sequence[Served]) -> None:
     """Hand each outcome to its caller's loop: one wake-up per loop per batch."""
-    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Outcome]]] = {}
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Served]]] = {}
     for (_, loop, future), outcome in zip(batch, outcomes, strict=True):
         by_loop.setdefault(loop, []).append((future, outcome))
     for loop, pairs in by_loop.items():
         try:
-            loop.call_soon_threadsafe(settle, pairs)
+            loop.call_soon_threadsafe(hand_back, pairs)
         except RuntimeError:  # that loop is closed: nobody waits for these any more
             log.debug("ledger: %d outcomes for a closed loop", len(pairs))
