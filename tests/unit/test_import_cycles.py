@@ -83,7 +83,7 @@ def test_the_graph_counts_lazy_type_checking_and_relative_imports(tmp_path: Path
     assert find_cycle({"x": {"y"}, "y": set()}) is None
 
 
-@pytest.mark.parametrize("folder", ["routers", "embeddings", "replay_dataset", "bench", "workers"])
+@pytest.mark.parametrize("folder", ["app", "routers", "embeddings", "replay_dataset", "bench", "workers"])
 def test_no_import_cycle_inside_the_package(folder: str) -> None:
     graph = import_graph(folder)
     assert len(graph) > 1

@@ -83,66 +83,6 @@ def test_the_service_loads_workers_only_from_its_cli_and_tests_never_import_expe
     assert offenders("tests", ("experiments",)) == {}
 
 
-def module_name(path: Path) -> str:
-    """``app.routing.decide`` for app/routing/decide.py, ``app.routing`` for its ``__init__``."""
-    return ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
-
-
-def import_graph(folder: str) -> dict[str, set[str]]:
-    """Each module under ``folder`` and the modules under it that it imports, by every import statement
-    of its source (under ``TYPE_CHECKING`` and inside functions too); ``from a import b`` is an import of
-    ``a.b`` when that is a module, else of ``a``."""
-    modules = {module_name(path): path for path in sources(folder)}
-    graph: dict[str, set[str]] = {}
-    for name, path in modules.items():
-        found: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Import):
-                found.update(alias.name for alias in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                for alias in node.names:
-                    submodule = f"{node.module}.{alias.name}"
-                    found.add(submodule if submodule in modules else node.module)
-        graph[name] = {module for module in found if module in modules and module != name}
-    return graph
-
-
-def a_cycle(graph: dict[str, set[str]]) -> list[str]:
-    """One import cycle of ``graph`` (its modules in order, the first repeated at the end); [] when
-    there is none."""
-    done: set[str] = set()
-
-    def visit(module: str, stack: list[str]) -> list[str]:
-        if module in stack:
-            return [*stack[stack.index(module) :], module]
-        if module in done:
-            return []
-        stack.append(module)
-        for imported in sorted(graph[module]):
-            if cycle := visit(imported, stack):
-                return cycle
-        stack.pop()
-        done.add(module)
-        return []
-
-    for module in sorted(graph):
-        if cycle := visit(module, []):
-            return cycle
-    return []
-
-
-def test_the_cycle_scan_sees_every_import_statement() -> None:
-    assert a_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) == []
-    assert a_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
-    graph = import_graph("app")
-    assert "app.routing.decide" in graph["app.routing.forward"]  # ``from app.routing.decide import ...``
-    assert "app.routing.probes" in graph["app.api.openai"]  # ``from app.routing import probes``
-
-
-def test_app_has_no_import_cycle() -> None:
-    assert a_cycle(import_graph("app")) == []
-
-
 def test_one_module_of_the_service_asks_a_policy() -> None:
     """``routers.base.Context`` is built, and a policy's ``select`` called, in app/routing/decide.py only:
     fallbacks and cascades ask it for their next choice instead of asking the policy themselves."""
