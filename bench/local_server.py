@@ -24,11 +24,15 @@ def free_port() -> int:
 
 
 @contextlib.asynccontextmanager
-async def serving(app: Any) -> AsyncIterator[str]:
-    """An ASGI app under uvicorn on 127.0.0.1 (a free port) on this event loop; yields its base URL."""
+async def serving(app: Any, **options: Any) -> AsyncIterator[str]:
+    """An ASGI app under uvicorn on 127.0.0.1 (a free port) on this event loop; yields its base URL.
+    ``options`` go to ``uvicorn.Config`` (``banditgate serve``'s, say)."""
     port = free_port()
     config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, log_level="warning", timeout_graceful_shutdown=5
+        app,
+        host="127.0.0.1",
+        port=port,
+        **{"log_level": "warning", "timeout_graceful_shutdown": 5, **options},
     )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())

@@ -4,19 +4,17 @@ lockout, while a trusted proxy's header names each client."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import httpx
 import pytest
-import uvicorn
 
 from app.cli import proxy_warning, server_limits
 from app.main import create_app
 from app.settings import Settings
+from bench.local_server import serving
 from tests.conftest import Stack
-from tests.served import free_port
 
 FAILURES = 5
 
@@ -24,20 +22,8 @@ FAILURES = 5
 @asynccontextmanager
 async def serve_like_the_cli(settings: Settings) -> AsyncIterator[str]:
     """The app under uvicorn on 127.0.0.1 with the options ``banditgate serve`` passes."""
-    port = free_port()
-    config = uvicorn.Config(
-        create_app(settings), host="127.0.0.1", port=port, log_level="warning", **server_limits(settings)
-    )
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        assert not task.done(), "the server stopped before it started"
-        await asyncio.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
+    async with serving(create_app(settings), **server_limits(settings)) as url:
+        yield url
 
 
 async def statuses_with_rotating_header(url: str, count: int) -> list[int]:
