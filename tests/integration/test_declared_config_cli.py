@@ -39,17 +39,17 @@ def test_dry_run_then_apply_then_apply_again(database: str, capsys: pytest.Captu
     planned = capsys.readouterr().out.splitlines()
     assert (
         planned[0]
-        == f"{EXAMPLE}: 7 changes to make (dry run: nothing written), 0 objects already as declared"
+        == f"{EXAMPLE}: 8 changes to make (dry run: nothing written), 0 objects already as declared"
     )
     assert "  create router 'acme/careful'" in planned
     assert main(["apply", str(EXAMPLE)]) == 0
     applied = capsys.readouterr().out.splitlines()
     assert (
-        applied[0] == f"{EXAMPLE}: 7 changes made, 0 objects already as declared"
+        applied[0] == f"{EXAMPLE}: 8 changes made, 0 objects already as declared"
         and applied[1:] == planned[1:]
     )
     assert main(["apply", str(EXAMPLE)]) == 0
-    assert capsys.readouterr().out == f"{EXAMPLE}: nothing to change (7 objects as declared)\n"
+    assert capsys.readouterr().out == f"{EXAMPLE}: nothing to change (8 objects as declared)\n"
     assert main(["export"]) == 0
     exported = yaml.safe_load(capsys.readouterr().out)
     assert exported["tenants"][0]["keys"] == [{"name": "web", "value_env": "BANDITGATE_KEY_ACME_WEB"}]
@@ -94,4 +94,4 @@ def test_serve_with_a_config_file_applies_it_then_serves(database: str) -> None:
     finally:
         process.terminate()
         out, _ = process.communicate(timeout=20)
-    assert out.decode().splitlines()[0] == f"{EXAMPLE}: 7 changes made, 0 objects already as declared"
+    assert out.decode().splitlines()[0] == f"{EXAMPLE}: 8 changes made, 0 objects already as declared"

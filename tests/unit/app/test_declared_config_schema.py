@@ -30,7 +30,7 @@ def test_the_example_file_is_valid_by_the_schema_and_the_models() -> None:
     jsonschema.Draft202012Validator(config_schema()).validate(data)
     config = validated(read(DEPLOY / "banditgate.yaml"))
     assert [b.name for b in config.backends] == ["gpt-4o-mini", "gpt-4o", "llama-3.1-8b"]
-    assert [r.name for r in config.tenants[0].routers] == ["main", "careful"]
+    assert [r.name for r in config.tenants[0].routers] == ["main", "careful", "savings"]
 
 
 def test_the_schema_refuses_what_the_models_refuse() -> None:
