@@ -15,24 +15,26 @@ L = ln(1 / delta).
 Evidence about a model a (``routers.priors``): every rewarded observation of a, of every kind (played
 rounds, BALROG queries, cascade steps, ``offline`` log rows), plus its declared prior as w_a
 pseudo-observations, gives n_a and mean_a and the per-model Hoeffding interval [LCB_a, UCB_a]
-(``routers.priors.hoeffding_bounds``). Where the wrapped policy scores the prompt with an estimate and a
-bonus (kNN-UCB, BALROG, LinUCB, PAK-UCB: ``Decision.scores[a]``), the interval is per context:
+(``routers.priors.hoeffding_bounds``). Where the wrapped policy stores the prompts it learned from
+(kNN-UCB, BALROG: ``neighbourhood``) and a holds at least k = ``evidence_k`` of them (default 64), the
+interval is per context, Hoeffding's on the rewards of a at the k stored prompts nearest x:
 
-    LCB_a(x), UCB_a(x) = estimate_a(x) -/+ max(bonus_a(x), D sqrt(L / (2 k_a(x))))
+    mean_a(x) = (1/k) sum of a's rewards at N_k(x)
+    LCB_a(x), UCB_a(x) = mean_a(x) -/+ D sqrt(L / (2 k))                clipped to [r_min, r_max]
 
-(k_a(x): the neighbours the estimate averages, else the arm's observations; the Hoeffding width keeps a
-bonus fitted on few rewards from claiming more than k rewards can show) when k_a(x) >= 32
-(``CONTEXT_MIN_COUNT``) or it is no wider than the per-model interval; else the per-model one (the
-context-free form of Wu et al.).
-Only ``bandit`` rounds enter R_0, R_S and S; the other kinds are
-evidence only.
+N_k(x) is a neighbourhood of the floor's own size, not the wrapped policy's exploration choice of k
+(kNN-UCB's eq. 5 picks k = 1 on a warm start's first rounds: an interval as wide as the reward range).
+k trades width for locality: a larger k narrows the interval and averages over prompts further from x.
+Otherwise (a policy that stores no prompts, LinUCB, greedy, ...; a model with fewer than k stored
+prompts) the per-model interval (the context-free form of Wu et al.). The prior enters the per-model
+interval only. Only ``bandit`` rounds enter R_0, R_S and S; the other kinds are evidence only.
 
 The slack banked so far, with the incumbent's unseen reward on S bounded by its upper bounds:
 
     B = R_S + alpha R_0 - (1 - alpha) C_S       C_S = sum over i in S of UCB_0(x_i)
 
-where UCB_0(x_i) is the incumbent's per-context upper bound at x_i when the wrapped policy gives one at
-fold time (``context_score``, kNN-UCB; a named incumbent only), else the per-model UCB_0. The check for
+where UCB_0(x_i) is the incumbent's per-context upper bound at x_i when its neighbourhood gives one at fold
+time (a named incumbent only), else the per-model UCB_0. The check for
 this round's candidate a != a_0 (Kazerouni et al.'s eq. (7) with B for the rounds already played) prices
 the round at its gain, on this prompt or on average, whichever the evidence shows larger:
 
@@ -52,14 +54,16 @@ off it (Hoeffding for a sum) may pay for it, so that exploration is held to the 
 the expected one (the first exploration needs only (1 - alpha) UCB_0 - LCB_a of slack).
 
 The guarantee. Let E be the event that every confidence bound the check used held (each Hoeffding side
-fails with probability <= delta; a per-context bound is the wrapped policy's, at its own confidence).
-On E, at every round t, with mu_0(x) the incumbent's expected reward at x and mu_{a_t}(x_t) this round's:
+fails with probability <= delta). On E, at every round t, with mu_0(x) the incumbent's expected reward at
+x and mu_{a_t}(x_t) this round's:
 
     R_S + R_0 + mu_{a_t}(x_t) >= (1 - alpha) (sum_{i in S} mu_0(x_i) + R_0 + mu_0(x_t))
 
 the router's paid reward plus this round's expected reward is at least (1 - alpha) times the incumbent's
-expected reward on the same prompts (where C_S charged the per-model UCB_0, mu_0(x_i) there reads as the
-incumbent's mean over prompts mu_0: the context-free form of Wu et al.). It bounds expected rewards, as
+expected reward on the same prompts, where mu_a(x) reads as the evidence it was bounded with: at a
+per-context bound, a's expected reward averaged over N_k(x) (the rewards there are independent given
+the stored prompts, so Hoeffding bounds that average; it is mu_a(x) itself as far as mu_a varies little
+within k neighbours); at a per-model bound, a's mean over prompts (the context-free form of Wu et al.). It bounds expected rewards, as
 Kazerouni et al.'s does; the realised sums deviate from them by O(sqrt(t)) (``bench run`` reports the
 realised ratio, ``min_floor_ratio``).
 Pricing the round at its lower bound rather than at r_min is what lets the evidence pay: a model that the
@@ -73,8 +77,9 @@ Objectives (``objective``):
 - ``reward`` (default): the wrapped policy's choice, if margin(choice) >= 0.
 - ``savings``: minimise cost subject to the floor. Among the candidates priced below a_0 in
   ``Context.costs``, the cheapest a with margin(a) >= 0 whose evidence allows that it is good enough for
-  this prompt: UCB_a(x) >= (1 - alpha) max_b UCB_b(x) over a_0 and the candidates cheaper than it, within
-  alpha of the most any of them may earn here (so a poor incumbent does not make every cheap model good
+  this prompt: UCB_a(x) >= (1 - alpha) max_b mean_b(x) over a_0 and the candidates cheaper than it
+  (mean_b(x): the mean behind b's interval, r_max for a model without evidence), within alpha of the most
+  the evidence shows any of them earns here (so a poor incumbent does not make every cheap model good
   enough, and a model not yet tried keeps the bar high until it is); a_0 when none is. A proven model (g_a(x) >= 0) costs no slack; one still uncertain is tried
   where B pays for it; one the evidence rules out is not tried. The wrapped policy scores the prompt (its
   bounds above) and learns from every round; its own choice is not used. Without prices the decision is
@@ -101,14 +106,18 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, ClassVar, Literal, Self
 
+import numpy as np
 from pydantic import Field, model_validator
 
 from routers.base import Context, Decision, Observation, Policy, candidate_arms
-from routers.hyperparameters import ArmName, Finite, Hyperparameters
+from routers.hyperparameters import ArmName, Finite, Hyperparameters, PositiveCount
 from routers.priors import Prior, hoeffding_bounds, parse_priors, with_prior
 from routers.wrapper import PolicyWrapper, layers
 
 Bounds = tuple[float, float]
+
+
+EVIDENCE_K = 64  # evidence_k's default: docs/results/savings.md, "The evidence neighbourhood"
 
 
 class ConservativeHyperparameters(Hyperparameters):
@@ -125,6 +134,9 @@ class ConservativeHyperparameters(Hyperparameters):
         None, description="reward: the policy's choice under the floor; savings: the cheapest safe model"
     )
     delta: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] = Field(0.01, description="confidence")
+    evidence_k: PositiveCount = Field(
+        EVIDENCE_K, description="k: the stored prompts nearest this one whose rewards bound a model here"
+    )
     reward_min: Finite = 0.0
     reward_max: Finite = 1.0
 
@@ -136,10 +148,6 @@ class ConservativeHyperparameters(Hyperparameters):
 
 
 CONSERVATIVE_KEYS: tuple[str, ...] = tuple(ConservativeHyperparameters.model_fields)
-# a per-context interval resting on fewer rewards than this is used only where it is no wider than the
-# per-model one: kNN-UCB's first rounds after a warm start choose k = 1 (log t = 0 leaves only the
-# distance term) while the model's logs number hundreds
-CONTEXT_MIN_COUNT = 32
 DEFAULTS = {"max_loss": 0.02, "incumbent_by": "price", "objective": "reward"}
 
 
@@ -157,6 +165,7 @@ class Conservative(PolicyWrapper):
         self.objective = str(p.objective)
         self.alpha = float(p.max_loss or 0.0)
         self.log_term = math.log(1.0 / p.delta)
+        self.evidence_k = int(p.evidence_k)
         self.reward_min, self.reward_max = p.reward_min, p.reward_max
         self.priors: dict[str, Prior] = parse_priors(priors)
         self.settings = p.config()
@@ -175,34 +184,40 @@ class Conservative(PolicyWrapper):
         n, s = with_prior(self.priors, arm, count, total)
         return hoeffding_bounds(n, s, self.log_term, self.reward_min, self.reward_max)
 
-    def context_bounds(self, arm: str, scores: Mapping[str, Mapping[str, float]] | None) -> Bounds:
-        """(LCB_a(x), UCB_a(x)): the wrapped policy's interval for this prompt (``score_bounds``) where it
-        reports one that rests on at least ``CONTEXT_MIN_COUNT`` rewards or is no wider than the per-model
-        one; else the per-model one."""
-        return self._contextual(self.score_bounds((scores or {}).get(arm, {})), arm)
-
-    def _contextual(self, found: tuple[Bounds, float] | None, arm: str) -> Bounds:
-        model = self.model_bounds(arm)
+    def context_bounds(self, arm: str, embedding: np.ndarray | None) -> Bounds:
+        """(LCB_a(x), UCB_a(x)): the Hoeffding interval of the arm's rewards among the ``evidence_k``
+        stored prompts nearest x (``neighbourhood``) where the wrapped policy stores prompts and the arm
+        holds at least that many; else the per-model one."""
+        found = self.neighbourhood(arm, embedding)
         if found is None:
-            return model
-        bounds, count = found
-        if count >= CONTEXT_MIN_COUNT or bounds[1] - bounds[0] <= model[1] - model[0]:
-            return bounds
-        return model
+            return self.model_bounds(arm)
+        mean, count = found
+        return hoeffding_bounds(count, mean * count, self.log_term, self.reward_min, self.reward_max)
 
-    def score_bounds(self, score: Mapping[str, float]) -> tuple[Bounds, float] | None:
-        """estimate -/+ max(bonus, D sqrt(L / (2 k))), clipped to [r_min, r_max], from a policy's per-arm
-        score (k: its neighbours, else its observations), and k; None without a finite estimate, bonus
-        and k."""
-        estimate, bonus = score.get("estimate"), score.get("bonus")
-        if estimate is None or bonus is None or not (math.isfinite(estimate) and math.isfinite(bonus)):
+    def _reader(self) -> Any:
+        """The first wrapped policy's ``neighbourhood(arm, embedding, k)`` (kNN-UCB, BALROG), else None."""
+        return next((p.neighbourhood for p in layers(self.inner) if hasattr(p, "neighbourhood")), None)
+
+    def estimate(self, arm: str, embedding: np.ndarray | None) -> float:
+        """mean_a(x): the mean of the rewards behind ``context_bounds`` (the neighbourhood's, else the
+        per-model mean with the prior); r_max for a model without evidence (it may earn anything)."""
+        found = self.neighbourhood(arm, embedding)
+        if found is not None:
+            return found[0]
+        count, total = with_prior(self.priors, arm, *self.seen.get(arm, (0.0, 0.0)))
+        return total / count if count > 0 else self.reward_max
+
+    def neighbourhood(self, arm: str, embedding: np.ndarray | None) -> tuple[float, int] | None:
+        """(mean, k) of the arm's rewards among the k = ``evidence_k`` stored prompts nearest the
+        embedding, from the first wrapped policy that stores prompts (kNN-UCB, BALROG); None without
+        one, without an embedding, or while the arm holds fewer than k prompts."""
+        if embedding is None:
             return None
-        count = float(score.get("k", score.get("n", 0.0)) or 0.0)
-        if count <= 0:
+        reader = self._reader()
+        found = reader(arm, embedding, self.evidence_k) if reader is not None else None
+        if found is None or found[1] < self.evidence_k:
             return None
-        spread = self.reward_max - self.reward_min
-        width = max(bonus, spread * math.sqrt(self.log_term / (2.0 * count)))
-        return (max(self.reward_min, estimate - width), min(self.reward_max, estimate + width)), count
+        return float(found[0]), int(found[1])
 
     def incumbent_for(self, context: Context) -> str | None:
         """a_0: the configured incumbent, else by ``incumbent_by`` among the candidates (module doc)."""
@@ -242,30 +257,29 @@ class Conservative(PolicyWrapper):
         r0, rounds_s, reward_s = self._sums(incumbent)
         return reward_s + self.alpha * r0 - (1.0 - self.alpha) * self.charge(incumbent, rounds_s)
 
-    def margin(
-        self, incumbent: str, arm: str, scores: Mapping[str, Mapping[str, float]] | None = None
-    ) -> float:
+    def margin(self, incumbent: str, arm: str, embedding: np.ndarray | None = None) -> float:
         """margin(a) of the module docstring: >= 0 iff playing ``arm`` keeps the floor."""
         banked = self.floor_margin(incumbent)
         if arm == incumbent:
             return banked
-        gain = self.gain(incumbent, arm, scores)
+        gain = self.gain(incumbent, arm, embedding)
         if gain >= 0:
             return banked + gain
         rounds_s = self._sums(incumbent)[1]
         spread = self.reward_max - self.reward_min
         return banked + gain - (1.0 - self.alpha) * spread * math.sqrt(rounds_s * self.log_term / 2.0)
 
-    def gain(
-        self, incumbent: str, arm: str, scores: Mapping[str, Mapping[str, float]] | None = None
-    ) -> float:
+    def gain(self, incumbent: str, arm: str, embedding: np.ndarray | None = None) -> float:
         """g_a(x) = max(LCB_a(x) - (1 - alpha) UCB_0(x), LCB_a - (1 - alpha) UCB_0): this prompt's gain
         or the models' gain on average, whichever the evidence shows larger (module docstring)."""
         alpha = self.alpha
         model = self.model_bounds(arm)[0] - (1.0 - alpha) * self.model_bounds(incumbent)[1]
-        if not scores:
+        if embedding is None:
             return model
-        here = self.context_bounds(arm, scores)[0] - (1.0 - alpha) * self.context_bounds(incumbent, scores)[1]
+        here = (
+            self.context_bounds(arm, embedding)[0]
+            - (1.0 - alpha) * self.context_bounds(incumbent, embedding)[1]
+        )
         return max(here, model)
 
     def explore_margin(self, incumbent: str) -> float:
@@ -289,12 +303,12 @@ class Conservative(PolicyWrapper):
         proposed = decision.arms[0]
         savings = self.objective == "savings" and self._priced(context, [incumbent])
         if savings:
-            chosen = self._cheapest_safe(incumbent, candidates, context, decision.scores)
+            chosen = self._cheapest_safe(incumbent, candidates, context)
         else:
-            chosen = proposed if self.margin(incumbent, proposed, decision.scores) >= 0 else incumbent
+            chosen = proposed if self.margin(incumbent, proposed, context.embedding) >= 0 else incumbent
         info = {
             **decision.info,
-            "conservative_margin": self.margin(incumbent, chosen if savings else proposed, decision.scores),
+            "conservative_margin": self.margin(incumbent, chosen if savings else proposed, context.embedding),
             "incumbent": incumbent,
             "incumbent_forced": chosen == incumbent and proposed != incumbent and not savings,
             "objective": "savings" if savings else "reward",
@@ -324,13 +338,7 @@ class Conservative(PolicyWrapper):
     def _priced(context: Context, arms: Sequence[str]) -> bool:
         return context.costs is not None and all(a in context.costs for a in arms)
 
-    def _cheapest_safe(
-        self,
-        incumbent: str,
-        candidates: Sequence[str],
-        context: Context,
-        scores: Mapping[str, Mapping[str, float]],
-    ) -> str:
+    def _cheapest_safe(self, incumbent: str, candidates: Sequence[str], context: Context) -> str:
         """The savings choice of the module docstring (ties in price: the policy's arm order)."""
         costs = context.costs or {}
         price0 = costs[incumbent]
@@ -338,10 +346,11 @@ class Conservative(PolicyWrapper):
             (a for a in candidates if a != incumbent and a in costs and costs[a] < price0),
             key=lambda a: costs[a],
         )
-        best = max(self.context_bounds(a, scores)[1] for a in [incumbent, *cheaper])
+        x = context.embedding
+        best = max(self.estimate(a, x) for a in [incumbent, *cheaper])
         for arm in cheaper:
-            plausible = self.context_bounds(arm, scores)[1] >= (1.0 - self.alpha) * best
-            if plausible and self.margin(incumbent, arm, scores) >= 0:
+            plausible = self.context_bounds(arm, x)[1] >= (1.0 - self.alpha) * best
+            if plausible and self.margin(incumbent, arm, x) >= 0:
                 return arm
         return incumbent
 
@@ -382,15 +391,12 @@ class Conservative(PolicyWrapper):
             self._charge_round(self.incumbent, observation)
 
     def _charge_round(self, incumbent: str, observation: Observation) -> None:
-        """C_S's term for this round: UCB_0(x) where the wrapped policy scores x at fold time
-        (``context_score``: kNN-UCB), else nothing here (the per-model UCB_0 is charged at select)."""
-        scorer = getattr(self.inner, "context_score", None)
-        score = scorer(incumbent, observation.embedding) if callable(scorer) else None
-        found = None if score is None else self.score_bounds(score)
-        if found is None:
+        """C_S's term for this round: UCB_0(x) where the incumbent's neighbourhood of x bounds it at fold
+        time (``neighbourhood``), else nothing here (the per-model UCB_0 is charged at select)."""
+        if self.neighbourhood(incumbent, observation.embedding) is None:
             return
         self.charged[0] += 1.0
-        self.charged[1] += self._contextual(found, incumbent)[1]
+        self.charged[1] += self.context_bounds(incumbent, observation.embedding)[1]
 
     def _state(self) -> dict[str, Any]:
         return {

@@ -363,17 +363,14 @@ class KnnUCB(PolicyBase):
             "n": float(self.size(arm)),
         }, choice
 
-    def context_score(self, arm: str, embedding: np.ndarray) -> dict[str, float] | None:
-        """``explain``'s estimate, bonus and k for ``arm`` at a prompt, read from the folded state only: L =
-        t is the count of rewards folded, not of selects served, so every replica folding the same
-        observations scores alike (the conservative floor's fold-time bound). None while the arm holds
-        no point."""
+    def neighbourhood(self, arm: str, embedding: np.ndarray, k: int) -> tuple[float, int] | None:
+        """(mean, count): the mean of ``arm``'s stored rewards among the min(k, N_g) stored prompts
+        nearest ``embedding`` (eq. 3 at a k the caller fixes, not eq. 5's), and that count; read from
+        the folded state only. None while the arm holds no point."""
         if arm not in self._arms or self.size(arm) == 0:
             return None
-        x = _as_vector(embedding)
-        t = max(int(self.variogram.rewards[0]), 1)
-        scales = self.scales(arm if self.pool == "arm" else None)
-        return self.explain(arm, x, t, scales)[0]
+        rewards = self._stores[arm].search(_as_vector(embedding), k)[1]
+        return float(np.mean(rewards)), int(rewards.size)
 
     def select(self, context: Context) -> Decision:
         """g_t = argmax_g I_g(x) (eq. 7), uniform tie-break; then (BALROG) the query decision.

@@ -46,8 +46,6 @@ async def expected_costs(ctx: AppContext, arms: list[str], prompt_chars: int) ->
     return {b.name: call_cost(b, tokens_in, b.default_tokens_out) for b in backends}
 
 
-
-
 def prompt_text(ctx: AppContext, request: RouteRequest) -> str:
     """The request's text to embed; 413 above ``max_prompt_chars``, 422 when empty."""
     text = request.text()

@@ -198,6 +198,8 @@ def test_replicas_folding_the_same_events_force_alike() -> None:
         ({"incumbent": ""}, "incumbent"),
         ({"incumbent": "a", "delta": 0}, "delta"),
         ({"incumbent": "a", "reward_min": 1.0}, "reward_min"),
+        ({"incumbent": "a", "evidence_k": 0}, "evidence_k"),
+        ({"incumbent": "a", "evidence_k": 2.5}, "evidence_k"),
     ],
 )
 def test_bad_conservative_hyperparameters_are_config_errors(hyper: dict, message: str) -> None:

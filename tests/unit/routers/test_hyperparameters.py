@@ -12,6 +12,7 @@ import pytest
 
 from bench.policy_spec import check_specs, parse_spec
 from routers.base import Context, Observation, PolicyConfigError, decode_state, encode_state
+from routers.conservative import EVIDENCE_K
 from routers.hyperparameters import MAX_DIM, Hyperparameters, combine
 from routers.knn_ucb import KnnUCB
 from routers.linear import LinUCB
@@ -208,8 +209,9 @@ def _as_written_now(state: Any) -> Any:
     cascade is a ``PolicyWrapper`` (``config`` and ``seed`` at the top), a kNN policy's config names its
     vectors' ``precision`` (float32 for a state saved without it), the conservative wrapper's config
     names its ``incumbent_by`` and ``objective`` (price, reward: what a state saved without them did) and
-    its state holds the per-context ``charged`` sums (none), and PromptWise's config names its judge's
-    rates ``judge_tpr`` / ``judge_tnr`` (1.0, trust the verdict, without them)."""
+    its ``evidence_k`` (the default), and its state holds the per-context ``charged`` sums (none), and
+    PromptWise's config names its judge's rates ``judge_tpr`` / ``judge_tnr`` (1.0, trust the verdict,
+    without them)."""
     if isinstance(state, list):
         return [_as_written_now(item) for item in state]
     if not isinstance(state, dict):
@@ -227,6 +229,9 @@ def _as_written_now(state: Any) -> Any:
         conservative["config"] = {**conservative["config"], **added}
         conservative["charged"] = [0.0, 0.0]
         state["config"] = {**state["config"], **added}
+    if isinstance(conservative, dict) and "evidence_k" not in conservative["config"]:
+        conservative["config"] = {**conservative["config"], "evidence_k": EVIDENCE_K}
+        state["config"] = {**state["config"], "evidence_k": EVIDENCE_K}
     retry = state.get("retry")
     if isinstance(retry, dict) and "config" not in retry:
         settings = {"retry": True, "max_calls": retry["max_calls"]}

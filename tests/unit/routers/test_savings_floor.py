@@ -243,3 +243,79 @@ def test_savings_keeps_the_floor_on_a_learnable_problem_while_leaving_the_incumb
         assert ratio.min() >= 0.95, (seed, ratio.min())
         assert off >= 0.2 * 1500, (seed, off)
         assert off_on_good >= 0.9 * off, (seed, off_on_good, off)
+
+
+def _log(policy: Policy, arm: str, x: np.ndarray, reward: float, kind: str = "offline") -> None:
+    policy.update(Observation(embedding=x, arm=arm, reward=reward, kind=kind))  # type: ignore[arg-type]
+
+
+def test_the_per_context_interval_is_hoeffding_on_the_evidence_neighbourhood_by_hand() -> None:
+    """evidence_k = 8, L = 2 (width sqrt(2 / 16) = sqrt(1 / 8)). x: 8 logged rewards of 0.6 at e0 and 4 of
+    0.0 at e1. At e0 its 8 nearest are the 0.6s: 0.6 -/+ sqrt(1 / 8). At e1 the 4 zeros and 4 of the 0.6s:
+    0.3 -/+ sqrt(1 / 8), clipped at 0. Per model: 12 rewards, mean 0.4, width sqrt(2 / 24). inc: 8 rewards of
+    0.5 at e0, so UCB_0(e0) = 0.5 + sqrt(1 / 8); y, with 5 rewards (< k), keeps its per-model interval.
+    A played round of x at e0 charges C_S that UCB_0(e0) when it is folded."""
+    e0, e1 = np.eye(8, dtype=np.float32)[0], np.eye(8, dtype=np.float32)[1]
+    hyper = {"incumbent": "inc", "max_loss": 0.1, "evidence_k": 8, **L2}
+    policy = build_policy("knn-ucb", ["inc", "x", "y"], seed=0, hyperparameters=hyper)
+    for _ in range(8):
+        _log(policy, "x", e0, 0.6)
+        _log(policy, "inc", e0, 0.5)
+    for _ in range(4):
+        _log(policy, "x", e1, 0.0)
+    for _ in range(5):
+        _log(policy, "y", e0, 1.0)
+    assert isinstance(policy, Conservative)
+    w = math.sqrt(1 / 8)
+    assert policy.neighbourhood("x", e0) == (pytest.approx(0.6), 8)
+    assert policy.context_bounds("x", e0) == pytest.approx((0.6 - w, 0.6 + w), abs=1e-6)
+    assert policy.context_bounds("x", e1) == pytest.approx((0.0, 0.3 + w), abs=1e-6)
+    assert policy.model_bounds("x") == pytest.approx((0.4 - math.sqrt(2 / 24), 0.4 + math.sqrt(2 / 24)))
+    assert policy.neighbourhood("y", e0) is None
+    assert (
+        policy.context_bounds("y", e0) == policy.model_bounds("y") == (pytest.approx(1 - math.sqrt(0.2)), 1.0)
+    )
+    ucb0 = 0.5 + w
+    # g_x(e0): this prompt's gain 0.6 - w - 0.9 UCB_0(e0) beats the per-model one
+    here = 0.6 - w - 0.9 * ucb0
+    assert policy.gain("inc", "x", e0) == pytest.approx(here, abs=1e-6)
+    assert policy.gain("inc", "x") == pytest.approx(
+        policy.model_bounds("x")[0] - 0.9 * policy.model_bounds("inc")[1], abs=1e-12
+    )
+    _log(policy, "x", e0, 1.0, kind="bandit")
+    assert policy.charged == pytest.approx([1.0, ucb0], abs=1e-6)
+    # a policy that stores no prompts keeps the per-model interval
+    greedy = build_policy("greedy", ["inc", "x"], seed=0, hyperparameters=hyper)
+    for _ in range(8):
+        _log(greedy, "x", e0, 0.6)
+    assert isinstance(greedy, Conservative)
+    assert greedy.neighbourhood("x", e0) is None
+    assert greedy.context_bounds("x", e0) == greedy.model_bounds("x")
+
+
+def test_logs_that_show_a_cheap_model_better_on_one_cluster_make_savings_play_it_there_only() -> None:
+    """Logs of 200 prompts (two clusters) for both models: cheap earns 0.95 on cluster 0 and 0.2 on
+    cluster 1, dear (the incumbent) 0.5 and 0.9 (Bernoulli). Per model cheap is the worse (about 0.58 vs
+    0.7): its per-model gain is negative. Its neighbourhood on cluster 0 proves it (LCB_cheap(x) >= 0.95
+    UCB_dear(x)), so from the first round, with nothing banked, savings plays cheap on cluster 0 prompts and
+    dear on cluster 1 prompts."""
+    x, which = _clusters(240, 4)
+    rng = np.random.default_rng(5)
+    policy = build_policy(
+        "knn-ucb",
+        ["cheap", "dear"],
+        seed=0,
+        hyperparameters={"incumbent": "dear", "max_loss": 0.05, "objective": "savings"},
+    )
+    p = {"cheap": (0.95, 0.2), "dear": (0.5, 0.9)}
+    for i in range(200):
+        for arm, (q0, q1) in p.items():
+            _log(policy, arm, x[i], float(rng.random() < (q0 if which[i] == 0 else q1)))
+    assert isinstance(policy, Conservative)
+    assert policy.floor_margin("dear") == 0.0 and policy.gain("dear", "cheap") < 0
+    prices = {"cheap": 0.001, "dear": 0.01}
+    for i in range(200, 240):
+        decision = policy.select(Context(embedding=x[i], costs=prices, decision_key=str(i)))
+        assert decision.arms == (["cheap"] if which[i] == 0 else ["dear"]), (i, which[i])
+        if which[i] == 0:
+            assert policy.gain("dear", "cheap", x[i]) >= 0  # a proven round: no slack needed
