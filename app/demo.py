@@ -3,7 +3,11 @@
 The router is the default policy with a quality floor: ``demo-large``, the dearer model, is the
 incumbent (what a team calls without routing) and ``max_loss`` 0.05 lets the router leave it only while
 its reward stays, with high confidence, at least 95 % of what always calling the incumbent would have
-earned; the cheaper ``demo-small`` then takes the prompts it answers well (app/demo_dataset.py).
+earned, and ``objective`` savings plays the cheapest model the evidence shows good enough for each prompt:
+the cheaper ``demo-small`` then takes the prompts it answers well (app/demo_dataset.py) once it has
+evidence, from the rounds it was tried on or from logs (``banditgate demo`` writes an evaluation of both
+models on a separate draw of the same kinds of prompt, ``.banditgate/demo-logs``, for ``banditgate
+warm-start``).
 
 Idempotent: the tenant's key is the one the caller passes (``banditgate demo`` keeps it in its state
 directory), so every run gives the same key. ``reset`` first deletes the demo tenant with everything it
@@ -31,8 +35,9 @@ DEMO_ROUTER = "demo"
 # the demo dataset's models with their prices: the replay backends answer under these names
 DEMO_BACKENDS = tuple(dict(model) for model in MODELS)
 INCUMBENT = "demo-large"
-# the default policy's keys on top of the default's own: the floor against the dearer model
-HYPERPARAMETERS = {"incumbent": INCUMBENT, "max_loss": 0.05}
+# the default policy's keys on top of the default's own: the savings mode, the cheapest model the evidence
+# shows good enough while the reward stays within 5% of always calling the dearer model
+HYPERPARAMETERS = {"incumbent": INCUMBENT, "max_loss": 0.05, "objective": "savings"}
 
 
 @dataclass(frozen=True)
