@@ -246,7 +246,11 @@ async def test_the_demo_set_up_registers_the_replay_key_with_its_backends(
             # the demo's router: the default policy, held to 95 % of the dearer model's reward
             router = (await client.get("/admin/tenants/demo/routers/demo", headers=admin_headers())).json()
             assert (router["policy"], router["is_default"]) == ("knn-ucb", True)
-            assert router["hyperparameters"] == {"incumbent": "demo-large", "max_loss": 0.05}
+            assert router["hyperparameters"] == {
+                "incumbent": "demo-large",
+                "max_loss": 0.05,
+                "objective": "savings",
+            }
 
             qa = {"name": "qa", "policy": "linucb", "arms": ["demo-small", "demo-large"]}
             created = await client.post("/admin/tenants/demo/routers", json=qa, headers=admin_headers())
