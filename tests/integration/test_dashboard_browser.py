@@ -16,7 +16,6 @@ import os
 import sqlite3
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -30,6 +29,7 @@ from app.api.dashboard import CONTENT_SECURITY_POLICY
 from app.store.migrate import upgrade
 from tests.conftest import ADMIN_KEY, admin_headers, bearer
 from tests.debian import installed
+from tests.integration.processes import wait_until_ready
 from tests.querying_policy import NAME
 from tests.served import free_port
 
@@ -77,16 +77,7 @@ def gateway(tmp_path: Path) -> Iterator[tuple[str, str]]:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None, "gateway process exited during start-up"
-            assert time.monotonic() < deadline, "gateway did not become ready in 60 s"
-            time.sleep(0.2)
+        wait_until_ready(proc, url)
         yield url, str(db_file)
     finally:
         proc.terminate()

@@ -22,6 +22,7 @@ import pytest
 from app.main import create_app
 from app.store.migrate import upgrade
 from tests.conftest import ADMIN_KEY, Stack, admin_headers, bearer, make_tenancy, running, unique
+from tests.integration.processes import wait_until_ready
 from tests.integration.test_rate_limits import from_addresses
 from tests.served import free_port, served
 
@@ -48,16 +49,7 @@ def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     cmd = [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--no-access-log"]
     proc = subprocess.Popen(cmd, env=env, cwd=Path(__file__).resolve().parents[2])
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None, "banditgate serve exited during start-up"
-            assert time.monotonic() < deadline, "banditgate serve did not become ready in 60 s"
-            time.sleep(0.2)
+        wait_until_ready(proc, f"http://127.0.0.1:{port}")
         yield port
     finally:
         proc.terminate()
