@@ -175,6 +175,8 @@ class Conservative(PolicyWrapper):
         self.seen: dict[str, list[float]] = {}  # arm -> [rewards observed (any kind), their sum]
         # rounds off the named incumbent charged at its per-context bound: [rounds, sum of UCB_0(x_i)]
         self.charged: list[float] = [0.0, 0.0]
+        # during one select: the prompt's embedding and each arm's neighbourhood of it (``neighbourhood``)
+        self._memo: tuple[np.ndarray, dict[str, tuple[float, int] | None]] | None = None
 
     # --- evidence ----------------------------------------------------------------------------------------
 
@@ -213,11 +215,15 @@ class Conservative(PolicyWrapper):
         one, without an embedding, or while the arm holds fewer than k prompts."""
         if embedding is None:
             return None
+        memo = self._memo if self._memo is not None and self._memo[0] is embedding else None
+        if memo is not None and arm in memo[1]:
+            return memo[1][arm]
         reader = self._reader()
         found = reader(arm, embedding, self.evidence_k) if reader is not None else None
-        if found is None or found[1] < self.evidence_k:
-            return None
-        return float(found[0]), int(found[1])
+        result = None if found is None or found[1] < self.evidence_k else (float(found[0]), int(found[1]))
+        if memo is not None:
+            memo[1][arm] = result
+        return result
 
     def incumbent_for(self, context: Context) -> str | None:
         """a_0: the configured incumbent, else by ``incumbent_by`` among the candidates (module doc)."""
@@ -290,7 +296,15 @@ class Conservative(PolicyWrapper):
     # --- select ------------------------------------------------------------------------------------------
 
     def select(self, context: Context) -> Decision:
-        """The inner choice (``reward``) or the cheapest safe model (``savings``) if margin >= 0, else a_0."""
+        """The inner choice (``reward``) or the cheapest safe model (``savings``) if margin >= 0, else a_0.
+        Each arm's neighbourhood of this prompt is searched once per decision, however many bounds read it."""
+        self._memo = (context.embedding, {}) if context.embedding is not None else None
+        try:
+            return self._select(context)
+        finally:
+            self._memo = None
+
+    def _select(self, context: Context) -> Decision:
         decision = self.inner.select(context)
         if not decision.arms:
             return decision
