@@ -129,7 +129,11 @@ def assert_same_scores(
 
 
 def test_feedback_to_one_replica_reaches_the_other_within_a_bounded_time(pg_stack: Stack) -> None:
-    env = gateway_env(pg_stack.database_url, unique("bg:test-stream"))
+    """Every event reaches B through the stream, not through the resync of a compaction: B's compaction
+    runs every 300 s here, so an event folded within 10 s came over the bus. The bound is that property,
+    not a latency target (a shared 2-core CI machine has stalled one fold for 3 s): the latency is
+    printed, and measured in ``bench`` (docs/scaleout.md)."""
+    env = gateway_env(pg_stack.database_url, unique("bg:test-stream"), BANDITGATE_COMPACT_INTERVAL_S="300")
     a, b = Gateway(env).start(), Gateway(env).start()
     try:
         t = make_remote_tenancy(a.url)
@@ -144,13 +148,14 @@ def test_feedback_to_one_replica_reaches_the_other_within_a_bounded_time(pg_stac
                 delays.append(
                     time.monotonic()
                     - sent
-                    + wait_until(lambda i=i: events_folded(b.url, t.tenant) == i + 1, 5, "B folds A's event")
+                    + wait_until(lambda i=i: events_folded(b.url, t.tenant) == i + 1, 10, "B folds A's event")
                 )
         print(
             f"\nA->B propagation (ack + fold on B, 20 events): median {statistics.median(delays) * 1000:.1f} ms, "
             f"max {max(delays) * 1000:.1f} ms"
         )
-        assert max(delays) < 2.0
+        assert max(delays) < 10.0
+        assert statistics.median(delays) < 1.0
     finally:
         a.stop()
         b.stop()
