@@ -35,7 +35,7 @@ from typing import Any, ClassVar, Literal, Protocol, get_args, runtime_checkable
 
 import numpy as np
 
-ObservationKind = Literal["bandit", "query", "cascade-step", "offline"]
+ObservationKind = Literal["bandit", "query", "cascade-step", "offline", "shadow"]
 # How a policy uses the caller's select-time counts (``Context.decisions_before``, ``query_rounds_before``):
 # ``none``: not at all; ``read``: as a round index only (kNN-UCB's log t), so a count that misses the
 # decisions still in flight is good enough; ``exact``: as a budget that concurrent decisions must not
@@ -93,9 +93,11 @@ class Decision:
     (call in order, stop on success) and sets (call all), empty when the policy declines the prompt.
     ``adaptive`` means a cascade decided one step at a time: call ``arms[0]``, report the outcome as a
     ``cascade-step`` observation, then ``select`` again with the called models in ``Context.tried``.
-    ``query`` names the extra models whose rewards the policy asks for (active learning), ``scores`` the
-    per-model numbers that explain the choice (for UCB policies: estimate, bonus, index), and ``info``
-    anything else a policy reports (mixture weights, chosen k, ...).
+    ``query`` names the extra models whose rewards the policy asks for (active learning), ``shadow`` the
+    models to call as well, off the client's path, whose answers the client never sees (shadow
+    evaluation: graded, they come back as ``shadow`` observations), ``scores`` the per-model numbers that
+    explain the choice (for UCB policies: estimate, bonus, index), and ``info`` anything else a policy
+    reports (mixture weights, chosen k, ...).
     """
 
     arms: list[str]
@@ -103,6 +105,7 @@ class Decision:
     mode: DecisionMode = "single"
     adaptive: bool = False
     query: list[str] = field(default_factory=list)
+    shadow: list[str] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -118,7 +121,9 @@ class Observation:
     ``cascade-step`` (a step of a cascade; ``reward`` is the step's outcome), ``offline`` (a logged outcome
     imported as a warm start: no decision of this policy made it, so it is learned like a query, is never
     a round the policy played nor money it spent, and its ``decision_key`` is the log row's id, which
-    belongs to no open decision). ``reward`` or ``cost`` may be
+    belongs to no open decision), ``shadow`` (the graded answer of a shadow call, ``Decision.shadow``:
+evidence about that model, learned like a query, never a round the client was served, so never in a
+policy's realised reward). ``reward`` or ``cost`` may be
     None when the feedback carries only the other. ``output_embedding`` is the answer's embedding, the
     feedback of diversity-aware mixture policies. ``decision_key``: the key of the decision this feedback
     is about (``Context.decision_key`` of its selects), None when the caller keys nothing.
