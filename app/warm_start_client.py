@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -33,6 +32,8 @@ from typing import Any
 import httpx
 
 from replay_dataset.files import DatasetError, json_objects
+from routers.base import PolicyConfigError
+from routers.priors import prior_from_text
 
 Row = dict[str, Any]
 ROW_FIELDS = ("prompt", "embedding", "model", "reward", "cost")  # what a JSONL line may carry besides its id
@@ -61,19 +62,12 @@ class PriorSpecError(ValueError):
 
 
 def parse_prior(spec: str) -> tuple[str, dict[str, float]]:
-    """``MODEL=MEAN:WEIGHT`` -> (MODEL, {"mean": MEAN, "weight": WEIGHT}). MODEL is everything before the
-    last ``=`` (a model name may hold ``:``)."""
-    model, eq, value = spec.rpartition("=")
-    mean_text, colon, weight_text = value.partition(":")
-    if not eq or not model or not colon:
-        raise PriorSpecError(f"--prior {spec!r}: expected MODEL=MEAN:WEIGHT, for example gpt-4o=0.8:20")
+    """``MODEL=MEAN:WEIGHT`` -> (MODEL, {"mean": MEAN, "weight": WEIGHT}) (``routers.priors.prior_from_text``)."""
     try:
-        mean, weight = float(mean_text), float(weight_text)
-    except ValueError:
-        raise PriorSpecError(f"--prior {spec!r}: MEAN and WEIGHT must be numbers") from None
-    if not math.isfinite(mean) or not (math.isfinite(weight) and weight > 0):
-        raise PriorSpecError(f"--prior {spec!r}: MEAN must be finite and WEIGHT a finite number > 0")
-    return model, {"mean": mean, "weight": weight}
+        model, prior = prior_from_text(spec)
+    except PolicyConfigError as exc:
+        raise PriorSpecError(f"--prior {exc}") from None
+    return model, {"mean": prior["mean"], "weight": prior["weight"]}
 
 
 def parse_priors(specs: Iterable[str]) -> dict[str, dict[str, float]]:

@@ -31,6 +31,7 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, Field
 from typing_extensions import TypedDict
 
+from routers.base import PolicyConfigError
 from routers.hyperparameters import MAX_NAME, Finite, Hyperparameters, Positive, _none_as_empty
 
 
@@ -41,8 +42,44 @@ class Prior(TypedDict):
     weight: Positive
 
 
+EXAMPLE = "gpt-4o=0.8:20"
+
+
+def prior_from_text(text: str) -> tuple[str, Prior]:
+    """``MODEL=MEAN:WEIGHT`` -> (MODEL, {"mean": MEAN, "weight": WEIGHT}); MODEL is everything before the
+    last ``=`` (a model name may hold ``:`` and ``=``). A ``PolicyConfigError`` says what is wrong."""
+    model, eq, value = text.rpartition("=")
+    mean_text, colon, weight_text = value.partition(":")
+    if not eq or not model or not colon:
+        raise PolicyConfigError(f"{text!r}: expected MODEL=MEAN:WEIGHT, for example {EXAMPLE}")
+    try:
+        mean, weight = float(mean_text), float(weight_text)
+    except ValueError:
+        raise PolicyConfigError(f"{text!r}: MEAN and WEIGHT must be numbers") from None
+    if not math.isfinite(mean) or not (math.isfinite(weight) and weight > 0):
+        raise PolicyConfigError(f"{text!r}: MEAN must be finite and WEIGHT a finite number > 0")
+    return model, Prior(mean=mean, weight=weight)
+
+
+def priors_from_text(text: str) -> dict[str, Prior]:
+    """``MODEL=MEAN:WEIGHT;MODEL=MEAN:WEIGHT...`` (the form a ``bench run --policy`` spec can carry, where
+    a JSON object cannot) as ``{model: Prior}``; a model given twice is an error."""
+    priors: dict[str, Prior] = {}
+    for item in filter(None, (part.strip() for part in text.split(";"))):
+        model, prior = prior_from_text(item)
+        if model in priors:
+            raise PolicyConfigError(f"priors: {model!r} is given twice")
+        priors[model] = prior
+    return priors
+
+
+def _priors_value(value: Any) -> Any:
+    """null reads as {}; a string is the ``priors_from_text`` form."""
+    return priors_from_text(value) if isinstance(value, str) else _none_as_empty(value)
+
+
 Priors = Annotated[
-    dict[Annotated[str, Field(min_length=1, max_length=MAX_NAME)], Prior], BeforeValidator(_none_as_empty)
+    dict[Annotated[str, Field(min_length=1, max_length=MAX_NAME)], Prior], BeforeValidator(_priors_value)
 ]
 
 
@@ -51,7 +88,10 @@ class PriorHyperparameters(Hyperparameters):
 
     priors: Priors = Field(
         default_factory=dict,
-        description="{model: {mean, weight}}: a prior reward per model, as weight pseudo-observations",
+        description=(
+            "{model: {mean, weight}}: a prior reward per model, as weight pseudo-observations; also written "
+            "MODEL=MEAN:WEIGHT;MODEL=MEAN:WEIGHT (a bench spec's form)"
+        ),
     )
 
 

@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pytest
 
+from bench.policy_spec import parse_spec
 from routers.base import Context, Observation, Policy, PolicyConfigError, decode_state, encode_state
 from routers.conservative import Conservative
 from routers.registry import build_policy, restore_policy
@@ -188,9 +189,26 @@ def test_priors_on_a_plain_policy_round_trip_and_move_its_means() -> None:
     assert restored.state_dict()["config"]["priors"] == {"a": {"mean": 0.2, "weight": 4.0}}
 
 
+def test_priors_written_as_a_bench_spec_are_the_same_priors() -> None:
+    spec = parse_spec("greedy:priors=a=0.2:4;llama3:8b=0.9:2.5")
+    policy = build_policy(spec.name, ["a", "llama3:8b"], hyperparameters=spec.params)
+    assert isinstance(policy, Greedy)
+    assert policy.evidence("a") == pytest.approx((4.0, 0.8))
+    assert policy.evidence("llama3:8b") == pytest.approx((2.5, 2.25))
+
+
 @pytest.mark.parametrize(
     "priors",
-    [{"a": {"mean": 0.5, "weight": 0}}, {"a": {"mean": 0.5}}, {"a": {"mean": "high", "weight": 1}}, [1, 2]],
+    [
+        {"a": {"mean": 0.5, "weight": 0}},
+        {"a": {"mean": 0.5}},
+        {"a": {"mean": "high", "weight": 1}},
+        [1, 2],
+        "a=0.5",
+        "a=x:1",
+        "a=0.5:0",
+        "a=0.1:1;a=0.2:1",
+    ],
 )
 def test_bad_priors_are_config_errors(priors: object) -> None:
     with pytest.raises(PolicyConfigError, match="priors"):
