@@ -149,6 +149,18 @@ def counter_upsert(values: str) -> str:
     )
 
 
+def counter_lock_pg() -> str:
+    """Postgres: lock a router's counter row and return its (decisions, query_rounds); the row is
+    created at (0, 0) when missing (a concurrent creator waits on the unique index, then takes the
+    lock in turn). Parameter: the router id. The lock is held until the transaction ends."""
+    table = RouterCounter.__tablename__
+    return (
+        f"INSERT INTO {table} (router_id, decisions, query_rounds) VALUES ($1::BIGINT, 0, 0) "
+        f"ON CONFLICT (router_id) DO UPDATE SET decisions = {table}.decisions "
+        "RETURNING decisions, query_rounds"
+    )
+
+
 INFO_VALUES_PG = "($1::VARCHAR, $2::JSONB)"  # decision id, the keys to merge
 
 
