@@ -7,13 +7,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from app import metrics
 from app.backends import AttemptRecord, Target
 from app.context import AppContext
 from app.routing.answers import CHAT_PATH, IMAGE_PATH, answer_chars, answer_text, mixture_output
 from app.routing.feedback import FeedbackReport, store_feedback
 from app.routing.turn import Turn
 from app.schemas import RouteRequest
-from routers.prices import whole_tokens
+from routers.prices import call_cost, whole_tokens
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +24,7 @@ async def save_attempts(turn: Turn, attempts: list[AttemptRecord]) -> None:
     write = turn.unwritten()
     write.attempts = attempt_rows(turn.decided.decision_id, attempts)
     await turn.ctx.ledger.write(write)
-    turn.wrote()
+    count_written(turn)
 
 
 def attempt_rows(decision_id: str, attempts: list[AttemptRecord]) -> list[dict[str, Any]]:
@@ -72,7 +73,7 @@ async def record_call(
         await store_feedback(
             ctx, turn.tenant, [(feedback, row, router, target.name)], wait=False, alongside=write
         )
-    turn.wrote()
+    count_written(turn)
 
 
 async def record_answer(
@@ -107,10 +108,16 @@ async def cost_event(
     )
 
 
+def count_written(turn: Turn) -> None:
+    """The turn's decision is committed (by this write, or before it): counted in the metrics, once."""
+    if turn.wrote():
+        metrics.count_decision(turn.tenant.name, turn.decision.router_name)
+
+
 def answer_cost(target: Target, request: RouteRequest, payload: dict[str, Any], path: str) -> float:
     """USD of an answer: its reported usage (else characters / 4) at the backend's prices."""
     if path == IMAGE_PATH:
         tin, tout = usage_tokens(payload.get("usage"), 0, 0)
     else:
         tin, tout = usage_tokens(payload.get("usage"), len(request.text()), answer_chars(payload))
-    return target.cost(tin, tout)
+    return call_cost(target, tin, tout)

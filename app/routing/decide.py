@@ -91,7 +91,7 @@ async def decide_direct(turn: Turn, backend: str) -> RouteResponse:
     }
     turn.made = MadeDecision(direct, DIRECT_LABEL)
     await ctx.ledger.write(turn.unwritten())
-    turn.wrote()
+    count_written(turn)
     turn.route = RouteResponse(
         decision_id=decision_id,
         router=None,
@@ -118,7 +118,13 @@ async def log_decision(turn: Turn) -> None:
     the same transaction, unless it is written already (an ``exact`` policy's, by ``choose``)."""
     if not turn.written:
         await turn.ctx.ledger.write(turn.unwritten())
-        turn.wrote()
+        count_written(turn)
+
+
+def count_written(turn: Turn) -> None:
+    """The turn's decision is committed: counted in the metrics, once."""
+    if turn.wrote():
+        metrics.count_decision(turn.tenant.name, turn.decision.router_name)
 
 
 async def choose(turn: Turn) -> RouteResponse:
@@ -153,7 +159,7 @@ async def choose(turn: Turn) -> RouteResponse:
             router.id, lambda counts: _written(ask(turn, runtime.policy, prompt, counts))
         )
         turn.route, turn.made = made
-        turn.wrote()
+        count_written(turn)
         return turn.route
     counts = await ctx.round_counts.before(router.id) if use == "read" else None
     turn.route, turn.made = ask(turn, runtime.policy, prompt, counts)

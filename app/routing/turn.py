@@ -13,7 +13,6 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app import metrics
 from app.backends import AttemptRecord
 from app.context import AppContext
 from app.routing.answers import IMAGE_PATH, path_for
@@ -81,12 +80,13 @@ class Turn:
         written by the first and only by the first (``wrote``)."""
         return LedgerWrite() if self.written else self.decision.write()
 
-    def wrote(self) -> None:
-        """The write ``unwritten`` began is committed: the decision is written (counted in the metrics
-        once)."""
-        if not self.written:
-            self.written = True
-            metrics.count_decision(self.tenant.name, self.decision.router_name)
+    def wrote(self) -> bool:
+        """The write ``unwritten`` began is committed: the decision is written. Whether it was written
+        by that write (the caller counts it in the metrics then)."""
+        if self.written:
+            return False
+        self.written = True
+        return True
 
 
 async def resolve_router(ctx: AppContext, tenant: Tenant, name: str | None) -> Router:

@@ -103,6 +103,14 @@ def model_params(model: type[Base], dialect_name: str, row: Mapping[str, Any]) -
     return driver_insert(model, dialect_name).params(column_row(model, row))
 
 
+def rows_params(
+    tables: Sequence[tuple[type[Base], Sequence[Mapping[str, Any]]]], dialect_name: str
+) -> list[list[list[Any]]]:
+    """Each model's rows as its parameters (``model_params``), table by table: a write's rows in one
+    call."""
+    return [[model_params(model, dialect_name, row) for row in rows] for model, rows in tables]
+
+
 _DOLLAR = re.compile(r"\$(\d+)")
 
 

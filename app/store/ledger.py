@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from app.store.driver_sql import counts_selects, decisions_selects, driver_rows, model_params
+from app.store.driver_sql import counts_selects, decisions_selects, driver_rows, rows_params
 from app.store.models import Attempt, DecisionRow, FeedbackEvent, Probe
 from app.store.recent_decisions import RecentDecisions
 
@@ -166,14 +166,19 @@ def prepare(write: LedgerWrite, dialect_name: str) -> PreparedWrite:
             decision = {**decision, "info": {**(decision.get("info") or {}), **keys}}
         else:
             prepared.info = (decision_id, json.dumps(dict(keys)))
-    if decision is not None:
-        prepared.decisions.append(model_params(DecisionRow, dialect_name, decision))
-    prepared.attempts = [model_params(Attempt, dialect_name, row) for row in write.attempts]
-    prepared.probes = [model_params(Probe, dialect_name, row) for row in write.probes]
+    tables = [
+        (DecisionRow, [decision] if decision is not None else []),
+        (Attempt, write.attempts),
+        (Probe, write.probes),
+        (FeedbackEvent, write.feedback),
+    ]
+    prepared.decisions, prepared.attempts, prepared.probes, prepared.feedback = rows_params(
+        tables, dialect_name
+    )
     prepared.answered_probes = list(write.answered_probes)
-    for row in write.feedback:
-        prepared.feedback.append(model_params(FeedbackEvent, dialect_name, row))
-        prepared.feedback_keys.append((row.get("decision_id"), str(row["model"]), str(row["kind"])))
+    prepared.feedback_keys = [
+        (row.get("decision_id"), str(row["model"]), str(row["kind"])) for row in write.feedback
+    ]
     return prepared
 
 
