@@ -40,7 +40,7 @@ import sqlite3
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from app.store.driver_sql import (
     counter_upsert,
@@ -113,6 +113,14 @@ def _never_busy() -> bool:
     return False
 
 
+class _Deferred:
+    """An item not served on the loop: the thread serves it."""
+
+
+DEFERRED = _Deferred()
+Outcome = TypeVar("Outcome")
+
+
 class _LockHeld(Exception):
     """Another connection holds SQLite's write lock: serve the item on the thread instead."""
 
@@ -157,23 +165,11 @@ class SqliteLedger(Ledger):
     async def _submit(self, item: Queued) -> Any:
         if self._closed:
             raise LedgerClosed("the ledger is closed")
-        if (
-            self._inline is not None
-            and self._queue.empty()
-            and not self._busy()
-            and self._serving.acquire(blocking=False)
-        ):
-            try:
-                outcome = self._serve_inline(self._inline, item)
-            except _LockHeld:
-                self.inline_deferred += 1
-            else:
-                self.inline_served += 1
-                if isinstance(outcome, BaseException):
-                    raise outcome
-                return outcome
-            finally:
-                self._serving.release()
+        outcome = self._on_loop(lambda conn: self._serve_inline(conn, item))
+        if not isinstance(outcome, _Deferred):
+            if isinstance(outcome, BaseException):
+                raise outcome
+            return outcome
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         self._queue.put((item, loop, future))
@@ -182,21 +178,9 @@ class SqliteLedger(Ledger):
     async def _counted(self, router_id: int, choice: Choice) -> list[int | None]:
         if self._closed:
             raise LedgerClosed("the ledger is closed")
-        if (
-            self._inline is not None
-            and self._queue.empty()
-            and not self._busy()
-            and self._serving.acquire(blocking=False)
-        ):
-            try:
-                ids = self._counted_inline(self._inline, router_id, choice)
-            except _LockHeld:
-                self.inline_deferred += 1
-            else:
-                self.inline_served += 1
-                return ids
-            finally:
-                self._serving.release()
+        ids = self._on_loop(lambda conn: self._counted_inline(conn, router_id, choice))
+        if not isinstance(ids, _Deferred):
+            return ids
         loop = asyncio.get_running_loop()
         done: asyncio.Future[Any] = loop.create_future()
         done.add_done_callback(retrieved)  # not awaited when the counts could not be read
@@ -254,6 +238,27 @@ class SqliteLedger(Ledger):
             self._checkpoint_conn.close()
         if self._inline is not None:
             self._inline.close()
+
+    def _on_loop(self, serve: Callable[[sqlite3.Connection], Outcome]) -> Outcome | _Deferred:
+        """``serve`` on the inline connection when an item may be served on the loop now (inline is
+        on, the writer idle, ``busy()`` false); ``DEFERRED`` when it may not, or when ``serve`` found
+        SQLite's write lock held elsewhere (``_LockHeld``: nothing of it done)."""
+        if not (
+            self._inline is not None
+            and self._queue.empty()
+            and not self._busy()
+            and self._serving.acquire(blocking=False)
+        ):
+            return DEFERRED
+        try:
+            outcome = serve(self._inline)
+        except _LockHeld:
+            self.inline_deferred += 1
+            return DEFERRED
+        finally:
+            self._serving.release()
+        self.inline_served += 1
+        return outcome
 
     def _serve_inline(self, conn: sqlite3.Connection, item: Queued) -> Served:
         """One item on ``conn``: a read, or a write in its own transaction; raises ``_LockHeld`` (with
