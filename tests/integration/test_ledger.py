@@ -613,3 +613,29 @@ async def test_an_answer_merges_into_its_own_decision_in_the_write_that_inserts_
     async with place.sessions() as session:
         row = await session.get(DecisionRow, did)
         assert row is not None and row.info == expected
+
+
+async def test_a_counted_decision_whose_caller_is_cancelled_is_committed_and_remembered(
+    place: Place, remembering: Ledger
+) -> None:
+    """A client that goes away does not cancel its decision (as with every write): the choice runs, the
+    decision and its count are committed, and memory holds the decision as written."""
+    decision = place.decision(t=1)
+
+    def choose(counts: tuple[int, int]) -> tuple[tuple[int, int], LedgerWrite]:
+        return counts, LedgerWrite(decision=decision, count=(place.router_id, 1, 1))
+
+    deciding = asyncio.ensure_future(remembering.counted(place.router_id, choose))
+    await asyncio.sleep(0)  # handed to the ledger
+    deciding.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await deciding
+    for _ in range(100):  # the decision goes on without its caller
+        if await remembering.counts(place.router_id) == (1, 1):
+            break
+        await asyncio.sleep(0.01)
+    assert await remembering.counts(place.router_id) == (1, 1)
+    assert remembering.recent is not None and remembering.recent.holds_any([str(decision["id"])])
+    async with place.sessions() as session:
+        row = await session.get(DecisionRow, decision["id"])
+        assert row is not None and row.info == {"t": 1}
