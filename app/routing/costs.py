@@ -1,5 +1,6 @@
 """The cost of an answer (its usage at the backend's prices, else characters / 4) and ``record_call``: the
-attempts, who answered and the cost event, in one ledger transaction (app/store/ledger.py)."""
+attempts, who answered and the cost event, in one ledger transaction (app/store/ledger.py), with the
+turn's decision when it is not written yet."""
 
 from __future__ import annotations
 
@@ -11,23 +12,19 @@ from app.backends import AttemptRecord, Target
 from app.context import AppContext
 from app.routing.answers import CHAT_PATH, IMAGE_PATH, answer_chars, answer_text, mixture_output
 from app.routing.feedback import FeedbackReport, store_feedback
-from app.routing.turn import PendingDecision, Turn
+from app.routing.turn import Turn
 from app.schemas import RouteRequest
-from app.store.ledger import LedgerWrite
-from app.store.models import DecisionRow, Tenant
-from routers.prices import whole_tokens
+from routers.prices import call_cost, whole_tokens
 
 log = logging.getLogger(__name__)
 
 
 async def save_attempts(turn: Turn, attempts: list[AttemptRecord]) -> None:
-    """Commit the attempts (and the turn's decision first when it is still pending) through the
-    ledger."""
-    pending = turn.pending
-    write = pending.write() if pending is not None else LedgerWrite()
+    """Commit the attempts (with the turn's decision when it is not written yet) through the ledger."""
+    write = turn.unwritten()
     write.attempts = attempt_rows(turn.decided.decision_id, attempts)
     await turn.ctx.ledger.write(write)
-    turn.pending = None
+    count_written(turn)
 
 
 def attempt_rows(decision_id: str, attempts: list[AttemptRecord]) -> list[dict[str, Any]]:
@@ -53,36 +50,30 @@ async def record_call(
     output_text: str | None = None,
 ) -> None:
     """Store the attempts, mark who answered, and record the cost event (when the call completed), in
-    one ledger transaction; the turn's pending decision (a forwarded request's) is written in it too,
-    already marked, with its counter's increment, so a forwarded request commits once. For mixture
+    one ledger transaction, which also writes the turn's decision when it is not written yet (a
+    forwarded request's, with its counter's increment, so such a request commits once): the ledger
+    merges who answered into the decision's ``info`` either way (``LedgerWrite.info``). For mixture
     routers the event also carries the answer, which the gateway embeds. The answer does not wait for
     the event to come back over the bus: the policy still learns it only from the stream, in stream
     order.
 
     Everything that may wait on something else (the router from the catalog, a mixture answer's
     embedding) happens before the write."""
-    ctx, tenant, pending = turn.ctx, turn.tenant, turn.pending
-    decision_id = turn.decided.decision_id
-    answered = {"answered_by": target.name}
-    if pending is not None:
-        values = {**pending.values, "info": {**pending.values["info"], **answered}}
-        write = pending.write(values)
-        row = DecisionRow(**values)
-    else:  # written before the call: as the ledger committed it
-        found = await ctx.ledger.decisions(tenant.id, [decision_id])
-        if not found:
-            return
-        write = LedgerWrite(info=(decision_id, answered))
-        row = found[0]
-    feedback = None if cost is None else await cost_event(ctx, decision_id, target.name, cost, output_text)
-    router = await ctx.catalog.router_by_id(row.router_id) if row.router_id is not None and feedback else None
+    ctx, decision_id = turn.ctx, turn.decided.decision_id
+    write = turn.unwritten()
+    write.info = (decision_id, {"answered_by": target.name})
     write.attempts = attempt_rows(decision_id, attempts)
-    if feedback is None:
+    if cost is None:
         await ctx.ledger.write(write)
     else:
-        await store_feedback(ctx, tenant, [(feedback, row, router, target.name)], wait=False, alongside=write)
-    turn.pending = None
-    count_logged(tenant, pending)
+        feedback = await cost_event(ctx, decision_id, target.name, cost, output_text)
+        row = turn.decision.row()
+        # as feedback reads it: the catalog's router by id (cached; the client's feedback finds it there)
+        router = await ctx.catalog.router_by_id(turn.router.id) if turn.router is not None else None
+        await store_feedback(
+            ctx, turn.tenant, [(feedback, row, router, target.name)], wait=False, alongside=write
+        )
+    count_written(turn)
 
 
 async def record_answer(
@@ -117,10 +108,10 @@ async def cost_event(
     )
 
 
-def count_logged(tenant: Tenant, pending: PendingDecision | None) -> None:
-    """Count a pending decision in the metrics once it is written."""
-    if pending is not None:
-        metrics.count_decision(tenant.name, pending.router_name)
+def count_written(turn: Turn) -> None:
+    """The turn's decision is committed (by this write, or before it): counted in the metrics, once."""
+    if turn.wrote():
+        metrics.count_decision(turn.tenant.name, turn.decision.router_name)
 
 
 def answer_cost(target: Target, request: RouteRequest, payload: dict[str, Any], path: str) -> float:
@@ -129,4 +120,4 @@ def answer_cost(target: Target, request: RouteRequest, payload: dict[str, Any], 
         tin, tout = usage_tokens(payload.get("usage"), 0, 0)
     else:
         tin, tout = usage_tokens(payload.get("usage"), len(request.text()), answer_chars(payload))
-    return target.cost(tin, tout)
+    return call_cost(target, tin, tout)

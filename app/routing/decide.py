@@ -1,17 +1,17 @@
-"""Every question to a router's policy: a decision (embed, ask the policy, log it, the router's
-counter in the same transaction) and the re-asks once models were tried (``reselect``: fallbacks and
-cascades); the one module that builds ``routers.base.Context`` and calls ``select``. A direct call of
-a named backend is logged without a policy."""
+"""Every question to a router's policy: a decision (embed, ask the policy, log it through the ledger,
+the router's counter in the same transaction) and the re-asks once models were tried (``reselect``:
+fallbacks and cascades); the one module that builds ``routers.base.Context`` and calls ``select``. A
+direct call of a named backend is logged without a policy."""
 
 from __future__ import annotations
 
 import logging
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from sqlalchemy import select, update
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import metrics
@@ -19,13 +19,12 @@ from app.context import AppContext
 from app.embedding import prompt_hash
 from app.jsonable import jsonable
 from app.routing.errors import Invalid, TooLarge
-from app.routing.turn import PendingDecision, Turn
+from app.routing.turn import MadeDecision, Turn
 from app.schemas import RouteRequest, RouteResponse
 from app.store.ledger import LedgerWrite
-from app.store.models import DecisionRow, Router, RouterCounter, Tenant, utcnow
-from app.store.statements import insert_rows
+from app.store.models import DecisionRow, Router, Tenant, utcnow
 from embeddings.prompt_text import EmbedText
-from routers.base import Context, Decision, KeyedRng, counter_use, generator_key
+from routers.base import Context, Decision, KeyedRng, Policy, counter_use, generator_key
 from routers.prices import call_cost, estimated_tokens
 
 log = logging.getLogger(__name__)
@@ -90,8 +89,9 @@ async def decide_direct(turn: Turn, backend: str) -> RouteResponse:
         "request_metadata": jsonable(request.metadata),
         "created_at": utcnow(),
     }
-    await ctx.ledger.write(LedgerWrite(decision=direct))
-    metrics.count_decision(tenant.name, DIRECT_LABEL)
+    turn.made = MadeDecision(direct, DIRECT_LABEL)
+    await ctx.ledger.write(turn.unwritten())
+    count_written(turn)
     turn.route = RouteResponse(
         decision_id=decision_id,
         router=None,
@@ -114,29 +114,29 @@ async def decide(turn: Turn) -> RouteResponse:
 
 
 async def log_decision(turn: Turn) -> None:
-    """Write the turn's pending decision and commit. Through the ledger (app/store/ledger.py), its
-    counter's increment in the same transaction; in the session's transaction when that already
-    counted it (an ``exact`` policy: the counter's row is locked there until this commit)."""
-    pending = turn.pending
-    assert pending is not None, "no decision to write"
-    if pending.counted:
-        await insert_rows(turn.session, DecisionRow, [pending.values])
-        await turn.session.commit()
-    else:
-        await turn.ctx.ledger.write(pending.write())
-    turn.pending = None
-    metrics.count_decision(turn.tenant.name, pending.router_name)
+    """Write the turn's decision through the ledger (app/store/ledger.py), its counter's increment in
+    the same transaction, unless it is written already (an ``exact`` policy's, by ``choose``)."""
+    if not turn.written:
+        await turn.ctx.ledger.write(turn.unwritten())
+        count_written(turn)
+
+
+def count_written(turn: Turn) -> None:
+    """The turn's decision is committed: counted in the metrics, once."""
+    if turn.wrote():
+        metrics.count_decision(turn.tenant.name, turn.decision.router_name)
 
 
 async def choose(turn: Turn) -> RouteResponse:
-    """The turn's decision (``route``), not yet written (``pending``). The router's counter, by the policy's counter use
-    (``routers.base.CounterUse``): ``exact``, counted now in the session's transaction, which the caller
-    commits (with the decision, ``log_decision``, or alone before forwarding); ``read``, read without a
-    lock (``RoundCounts``: the ledger's counts, re-read at most every ``counter_read_ttl_s``, plus this
-    process's decisions since) and counted when the decision is written;
-    ``none``, not read, counted when written. So a forwarded request through a policy that needs no
-    exact count commits once, after its call."""
-    ctx, session, tenant, request, router = turn.ctx, turn.session, turn.tenant, turn.request, turn.router
+    """The turn's decision (``route``, ``made``). The router's counter, by the policy's counter use
+    (``routers.base.CounterUse``): ``exact``, the decision is chosen and written in the ledger's one
+    transaction that holds the counter's row lock (``Ledger.counted``: lock, read the counts,
+    ``select``, write the decision with its count, release), so it is written here; ``read``, read
+    without a lock (``RoundCounts``: the ledger's counts, re-read at most every
+    ``counter_read_ttl_s``, plus this process's decisions since) and counted when the decision is
+    written; ``none``, not read, counted when written. So a forwarded request through a policy that
+    needs no exact count commits once, after its call, and takes no lock."""
+    ctx, request, router = turn.ctx, turn.request, turn.router
     assert router is not None, "a direct call asks no policy"
     text = prompt_text(ctx, request)
     arms = list(router.arms)
@@ -150,40 +150,65 @@ async def choose(turn: Turn) -> RouteResponse:
         embedding = await ctx.embeddings.embed_prompt(
             request.turns(), EmbedText.from_config(router.embed_text)
         )
-    digest = prompt_hash(text)
     costs = await expected_costs(ctx, arms, len(text))
     runtime = await ctx.states.get(router)
+    prompt = Prompt(text, prompt_hash(text), embedding, costs)
     use = counter_use(runtime.policy)
-    decisions_before: int | None = None
-    query_rounds_before: int | None = None
     if use == "exact":
-        decisions_before, query_rounds_before = await count_decision(session, router.id)
-    elif use == "read":
-        decisions_before, query_rounds_before = await ctx.round_counts.before(router.id)
+        made = await ctx.ledger.counted(
+            router.id, lambda counts: _written(ask(turn, runtime.policy, prompt, counts))
+        )
+        turn.route, turn.made = made
+        count_written(turn)
+        return turn.route
+    counts = await ctx.round_counts.before(router.id) if use == "read" else None
+    turn.route, turn.made = ask(turn, runtime.policy, prompt, counts)
+    if use == "read":
+        ctx.round_counts.made(router.id, turn.made.queried)
+    return turn.route
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """What a decision is asked about: the prompt's text, its hash, its embedding and each arm's
+    expected cost on it."""
+
+    text: str
+    digest: str
+    embedding: np.ndarray
+    costs: dict[str, float]
+
+
+Made = tuple[RouteResponse, MadeDecision]
+
+
+def _written(made: Made) -> tuple[Made, LedgerWrite]:
+    """A decision and its write (for ``Ledger.counted``)."""
+    return made, made[1].write()
+
+
+def ask(turn: Turn, policy: Policy, prompt: Prompt, counts: tuple[int, int] | None) -> Made:
+    """The policy's decision on ``prompt`` (``select``, with the router's (decisions, query rounds)
+    before it when its counter use reads them) and its row. Synchronous: under an exact policy's lock,
+    nothing else runs meanwhile."""
+    router, request = turn.router, turn.request
+    assert router is not None
     decision_id = uuid.uuid4().hex
     context = Context(
-        embedding=embedding,
+        embedding=prompt.embedding,
         arms=request.candidates,
-        costs=costs,
+        costs=prompt.costs,
         rng=KeyedRng(router.seed, generator_key(decision_id, request.seed)),
-        decisions_before=decisions_before,
-        query_rounds_before=query_rounds_before,
+        decisions_before=counts[0] if counts is not None else None,
+        query_rounds_before=counts[1] if counts is not None else None,
         decision_key=decision_id,
     )
-    decision = runtime.policy.select(context)
-    if use == "read":
-        ctx.round_counts.made(router.id, bool(decision.query))
-    if decision.query and use == "exact":
-        await session.execute(
-            update(RouterCounter)
-            .where(RouterCounter.router_id == router.id)
-            .values(query_rounds=RouterCounter.query_rounds + 1)
-        )
+    decision = policy.select(context)
     scores = jsonable(decision.scores)
     info = jsonable(decision.info)
     values: dict[str, Any] = {
         "id": decision_id,
-        "tenant_id": tenant.id,
+        "tenant_id": turn.tenant.id,
         "router_id": router.id,
         "router_version": router.version,
         "policy": router.policy,
@@ -196,13 +221,13 @@ async def choose(turn: Turn) -> RouteResponse:
             **({"adaptive": True} if decision.adaptive else {}),
             **({"seed": request.seed} if request.seed is not None else {}),
         },
-        "embedding": np.asarray(embedding, np.float32).tobytes(),
-        "prompt_hash": digest,
-        "prompt_chars": len(text),
+        "embedding": np.asarray(prompt.embedding, np.float32).tobytes(),
+        "prompt_hash": prompt.digest,
+        "prompt_chars": len(prompt.text),
         "request_metadata": jsonable(request.metadata),
         "created_at": utcnow(),
     }
-    turn.route = RouteResponse(
+    route = RouteResponse(
         decision_id=decision_id,
         router=router.name,
         policy=router.policy,
@@ -213,8 +238,7 @@ async def choose(turn: Turn) -> RouteResponse:
         query=list(decision.query),
         info=info,
     )
-    turn.pending = PendingDecision(values, router.name, counted=use == "exact", queried=bool(decision.query))
-    return turn.route
+    return route, MadeDecision(values, router.name, queried=bool(decision.query))
 
 
 async def reselect(
@@ -241,23 +265,3 @@ async def reselect(
     except Exception:  # a policy that cannot re-select must not turn a clean answer into a 500
         log.exception("re-selecting after %s failed for decision %s", tried, row.id)
         return None
-
-
-def upsert_for(session: AsyncSession):  # type: ignore[no-untyped-def]
-    """The dialect's ``insert`` (Postgres or SQLite), the one with ``on_conflict_do_*``."""
-    dialect = session.bind.dialect.name if session.bind is not None else "postgresql"
-    return postgresql.insert if dialect == "postgresql" else sqlite.insert
-
-
-async def count_decision(session: AsyncSession, router_id: int) -> tuple[int, int]:
-    """Count one more decision of the router (``router_counters``) and return (decisions, query rounds)
-    before it. Not committed: the decision's own commit commits it, one transaction per decision (the
-    counter row stays locked until then, so concurrent decisions of one router count in commit order)."""
-    statement = (
-        upsert_for(session)(RouterCounter)
-        .values(router_id=router_id, decisions=1, query_rounds=0)
-        .on_conflict_do_update(index_elements=["router_id"], set_={"decisions": RouterCounter.decisions + 1})
-        .returning(RouterCounter.decisions, RouterCounter.query_rounds)
-    )
-    decisions, query_rounds = (await session.execute(statement)).one()
-    return int(decisions) - 1, int(query_rounds)

@@ -19,7 +19,6 @@ from app.routing.errors import BackendsFailed, Declined
 from app.routing.turn import Turn
 from app.schemas import RouteResponse
 from app.store.db import commit_if_used
-from app.store.models import DecisionRow
 
 log = logging.getLogger(__name__)
 
@@ -42,13 +41,9 @@ async def load_target(ctx: AppContext, name: str, path: str, attempts: list[Atte
     return target
 
 
-async def next_model(turn: Turn, decision_id: str, tried: list[str]) -> str | None:
+async def next_model(turn: Turn, tried: list[str]) -> str | None:
     """The policy's choice for the same prompt once ``tried`` are excluded (None: nothing left)."""
-    pending = turn.pending
-    row = pending.row() if pending is not None else await turn.session.get(DecisionRow, decision_id)
-    if row is None:
-        return None
-    decision = await reselect(turn.ctx, row, tried, turn.request.candidates)
+    decision = await reselect(turn.ctx, turn.decision.row(), tried, turn.request.candidates)
     arm = decision.arm if decision is not None else None
     return arm if arm is not None and arm not in tried else None
 
@@ -87,7 +82,7 @@ async def call_with_fallback(
             failures.append(exc)
         if len(failures) > ctx.settings.forward_max_fallbacks or route.mode == DIRECT:
             break  # a direct call is fallback-free: the client named its backend
-        model = await next_model(turn, route.decision_id, tried)
+        model = await next_model(turn, tried)
     await save_attempts(turn, attempts)
     raise gave_up(route.decision_id, failures)
 

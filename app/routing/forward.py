@@ -4,9 +4,10 @@ one; a stream passed through when the client asked for one and the decision allo
 
 A decision made here is written by ``record_answer``, with its attempts, cost event and its router's
 counter, in one transaction after the call; it is durable before the answer, like every decision.
-Only a policy that spends a budget on the counter (``counter_use == "exact"``, BALROG) has it counted
-and committed alone before the call, so no lock is held during it. One that declines or names a set
-is written before anything else, as ``/route`` writes it."""
+Only a policy that spends a budget on the counter (``counter_use == "exact"``, BALROG) has its decision
+written with its count while choosing (``decide.choose``: the counter's lock is released before the
+call), and the answer merged into it after. One that declines or names a set is written before
+anything else, as ``/route`` writes it."""
 
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ from app.routing.ensemble import forward_ensemble
 from app.routing.fallback import call_with_fallback
 from app.routing.stream import stream_answer
 from app.routing.turn import Turn
-from app.store.db import commit_if_used
 
 
 async def forward_json(turn: Turn) -> Forwarded:
@@ -33,8 +33,6 @@ async def forward_json(turn: Turn) -> Forwarded:
         route = await choose(turn)
         if route.model is None or route.mode == "set":  # answered before any record_answer: written now
             await log_decision(turn)
-        else:  # an exact policy's counter alone, or the read of it: nothing held during the call
-            await commit_if_used(turn.session)
     route = turn.decided
     if route.mode == "set" and len(route.models) > 1:
         return await forward_ensemble(turn, body, path)

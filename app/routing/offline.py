@@ -28,11 +28,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app import metrics
 from app.context import AppContext
 from app.events import FeedbackMessage
-from app.routing.decide import upsert_for
 from app.routing.errors import Invalid, TooLarge
 from app.routing.feedback import publish_feedback
 from app.schemas import DirectCallsImported, ObservationsAccepted, OfflineRow
 from app.store.models import DecisionRow, FeedbackEvent, Router, Tenant
+from app.store.statements import upsert_for
 from embeddings.prompt_text import EmbedText
 from routers.base import unit
 

@@ -1,6 +1,6 @@
 """A request's turn through routing (``Turn``): built once where the request enters routing (its router
-resolved then, or none for a direct call) and handed down the path instead of its parts; and a
-decision made but not yet written (``PendingDecision``).
+resolved then, or none for a direct call) and handed down the path instead of its parts; and its
+decision's row (``MadeDecision``), kept for the turn whether written yet or not.
 
 A turn with a body to forward is checked as it is built: a request none of whose reachable backends
 serves its path (a chat router called for images, or the reverse) is refused (422) before any
@@ -23,36 +23,33 @@ from app.store.models import DecisionRow, Router, Tenant
 
 
 @dataclass(frozen=True)
-class PendingDecision:
-    """A decision made but not yet written: its row's values (``DecisionRow`` attribute names). A
-    forwarded request writes it with its attempts and cost, in one transaction (app/routing/costs.py).
-    ``counted``: its router's counter already counts it (a policy whose counter use is ``exact``);
-    otherwise its write counts it in the same transaction."""
+class MadeDecision:
+    """A decision's row values (``DecisionRow`` attribute names), as made; ``router_name`` labels it in
+    the metrics, ``queried``: it asks for a query round (its router's counter counts one)."""
 
     values: dict[str, Any]
     router_name: str
-    counted: bool = True
     queried: bool = False
 
     def row(self) -> DecisionRow:
         """The row as an unsaved ORM object (for the code that reads a decision's fields)."""
         return DecisionRow(**self.values)
 
-    def write(self, values: dict[str, Any] | None = None) -> LedgerWrite:
-        """The decision (``values`` when given, else its own) as a ledger write, with its counter's
-        increment when the counter does not count it yet."""
+    def write(self) -> LedgerWrite:
+        """The decision as a ledger write, with its router counter's increment (none for a direct
+        call)."""
         router_id = self.values["router_id"]
-        count = None if self.counted or router_id is None else (router_id, 1, 1 if self.queried else 0)
-        return LedgerWrite(decision=values or self.values, count=count)
+        count = None if router_id is None else (router_id, 1, 1 if self.queried else 0)
+        return LedgerWrite(decision=self.values, count=count)
 
 
 @dataclass
 class Turn:
     """One request on its way through routing: who asks (``tenant``), what (``request``, and ``body``,
     the JSON to forward when there is one), through which ``router`` (None: a direct call of a named
-    backend), and what came of it so far: the decision (``route``; ``pending`` while it is not yet
-    written) and the attempts of the call that answers it. ``session`` is the request's database
-    session."""
+    backend), and what came of it so far: the decision (``route``, the answer's view of it, and
+    ``made``, its row; ``written`` once committed) and the attempts of the call that answers it.
+    ``session`` is the request's database session."""
 
     ctx: AppContext
     session: AsyncSession
@@ -61,7 +58,8 @@ class Turn:
     body: dict[str, Any] | None = None
     router: Router | None = None
     route: RouteResponse | None = None
-    pending: PendingDecision | None = None
+    made: MadeDecision | None = None
+    written: bool = False
     attempts: list[AttemptRecord] = field(default_factory=list)
 
     @property
@@ -69,6 +67,26 @@ class Turn:
         """The decision; the turn's steps after the decision only run once it is made."""
         assert self.route is not None, "no decision yet"
         return self.route
+
+    @property
+    def decision(self) -> MadeDecision:
+        """The decision's row; made with ``route``."""
+        assert self.made is not None, "no decision yet"
+        return self.made
+
+    def unwritten(self) -> LedgerWrite:
+        """A ledger write holding the turn's decision (with its counter's increment) while it is not
+        written, else an empty one: what any write about the decision starts from, so the decision is
+        written by the first and only by the first (``wrote``)."""
+        return LedgerWrite() if self.written else self.decision.write()
+
+    def wrote(self) -> bool:
+        """The write ``unwritten`` began is committed: the decision is written. Whether it was written
+        by that write (the caller counts it in the metrics then)."""
+        if self.written:
+            return False
+        self.written = True
+        return True
 
 
 async def resolve_router(ctx: AppContext, tenant: Tenant, name: str | None) -> Router:

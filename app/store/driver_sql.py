@@ -103,6 +103,14 @@ def model_params(model: type[Base], dialect_name: str, row: Mapping[str, Any]) -
     return driver_insert(model, dialect_name).params(column_row(model, row))
 
 
+def rows_params(
+    tables: Sequence[tuple[type[Base], Sequence[Mapping[str, Any]]]], dialect_name: str
+) -> list[list[list[Any]]]:
+    """Each model's rows as its parameters (``model_params``), table by table: a write's rows in one
+    call."""
+    return [[model_params(model, dialect_name, row) for row in rows] for model, rows in tables]
+
+
 _DOLLAR = re.compile(r"\$(\d+)")
 
 
@@ -146,6 +154,18 @@ def counter_upsert(values: str) -> str:
         f"INSERT INTO {table} (router_id, decisions, query_rounds) VALUES {values} "
         f"ON CONFLICT (router_id) DO UPDATE SET decisions = {table}.decisions + excluded.decisions, "
         f"query_rounds = {table}.query_rounds + excluded.query_rounds"
+    )
+
+
+def counter_lock_pg() -> str:
+    """Postgres: lock a router's counter row and return its (decisions, query_rounds); the row is
+    created at (0, 0) when missing (a concurrent creator waits on the unique index, then takes the
+    lock in turn). Parameter: the router id. The lock is held until the transaction ends."""
+    table = RouterCounter.__tablename__
+    return (
+        f"INSERT INTO {table} (router_id, decisions, query_rounds) VALUES ($1::BIGINT, 0, 0) "
+        f"ON CONFLICT (router_id) DO UPDATE SET decisions = {table}.decisions "
+        "RETURNING decisions, query_rounds"
     )
 
 

@@ -14,6 +14,12 @@ The same writer answers the two reads the request path makes of committed rows, 
 and the decisions a feedback event is about (``Ledger.counts``, ``Ledger.decisions``): every read
 waiting with a batch is served by one statement per kind, before the batch's writes.
 
+A decision whose policy counts exactly (BALROG's query budget, ``counter_use == "exact"``) is written
+by ``Ledger.counted``: one transaction that locks the router's ``router_counters`` row, reads its
+counts, runs the caller's choice (the policy's ``select``, on the event loop) and writes the decision
+with its count, so concurrent decisions of one router, in any process, see each other's counts. The
+lock is held for exactly that: the read, the choice and the write.
+
 A batch is all or nothing; when its transaction fails (one write breaking a constraint, say), each
 write of it is committed again alone, so a bad write fails only its own request.
 
@@ -31,7 +37,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from app.store.driver_sql import counts_selects, decisions_selects, driver_rows, model_params
+from app.store.driver_sql import counts_selects, decisions_selects, driver_rows, rows_params
 from app.store.models import Attempt, DecisionRow, FeedbackEvent, Probe
 from app.store.recent_decisions import RecentDecisions
 
@@ -43,7 +49,8 @@ class LedgerWrite:
     """One request's rows (mapped attribute names, as the app keys them): a ``decision``, its
     ``attempts``, ``feedback`` events (each inserted unless one with its (decision, model, kind)
     exists), ``count``: (router id, decisions, query rounds) added to the router's counter, and
-    ``info``: (decision id, keys) merged into a stored decision's ``info`` (who answered it), ``probes``:
+    ``info``: (decision id, keys) merged into that decision's ``info`` (who answered it), whether it is
+    this write's own ``decision`` (merged before it is inserted) or one stored before, ``probes``:
     active-learning probes' rows, ``answered_probes``: (decision id, model) of pending probes marked
     answered."""
 
@@ -148,19 +155,30 @@ def read_outcomes(
 
 
 def prepare(write: LedgerWrite, dialect_name: str) -> PreparedWrite:
-    """``write``'s rows as ``dialect_name``'s driver parameters."""
+    """``write``'s rows as ``dialect_name``'s driver parameters; an ``info`` merge into the write's own
+    decision is applied to its row (no UPDATE: on Postgres a sibling CTE's UPDATE would not see the
+    row the statement inserts)."""
     prepared = PreparedWrite(count=write.count)
+    decision = write.decision
     if write.info is not None:
         decision_id, keys = write.info
-        prepared.info = (decision_id, json.dumps(dict(keys)))
-    if write.decision is not None:
-        prepared.decisions.append(model_params(DecisionRow, dialect_name, write.decision))
-    prepared.attempts = [model_params(Attempt, dialect_name, row) for row in write.attempts]
-    prepared.probes = [model_params(Probe, dialect_name, row) for row in write.probes]
+        if decision is not None and decision["id"] == decision_id:
+            decision = {**decision, "info": {**(decision.get("info") or {}), **keys}}
+        else:
+            prepared.info = (decision_id, json.dumps(dict(keys)))
+    tables = [
+        (DecisionRow, [decision] if decision is not None else []),
+        (Attempt, write.attempts),
+        (Probe, write.probes),
+        (FeedbackEvent, write.feedback),
+    ]
+    prepared.decisions, prepared.attempts, prepared.probes, prepared.feedback = rows_params(
+        tables, dialect_name
+    )
     prepared.answered_probes = list(write.answered_probes)
-    for row in write.feedback:
-        prepared.feedback.append(model_params(FeedbackEvent, dialect_name, row))
-        prepared.feedback_keys.append((row.get("decision_id"), str(row["model"]), str(row["kind"])))
+    prepared.feedback_keys = [
+        (row.get("decision_id"), str(row["model"]), str(row["kind"])) for row in write.feedback
+    ]
     return prepared
 
 
@@ -198,6 +216,10 @@ class LedgerClosed(LedgerError):
     """A write after the ledger was closed (the process is shutting down)."""
 
 
+Chosen = TypeVar("Chosen")
+Choice = Callable[[Counts], PreparedWrite]  # the counts as locked -> the write to commit under the lock
+
+
 class Ledger(ABC):
     """Group-committed writes, and the reads the request path makes of what it wrote (a router's
     counter, which kNN-UCB reads for its round t; the decisions feedback is about); ``commits`` counts
@@ -226,6 +248,39 @@ class Ledger(ABC):
                 recent.merge(*prepared.info, generation)
         return ids
 
+    async def counted(self, router_id: int, choose: Callable[[Counts], tuple[Chosen, LedgerWrite]]) -> Chosen:
+        """One decision counted exactly: in one transaction on a connection of the ledger's, lock the
+        router's ``router_counters`` row (created at (0, 0) when missing), read its (decisions, query
+        rounds), call ``choose`` with them on the event loop (the policy's ``select``; it must not
+        await) and commit the write it returns (the decision and its count) before the lock is
+        released. So the counts a choice sees include every decision of the router committed before
+        it, in any process, and none can come between the read and the write: a query budget is never
+        overspent. When ``choose`` raises, nothing is written and its error is raised. The lock's scope
+        is exactly the read, the choice and the write; decisions of a router counted otherwise never
+        take it. A cancelled caller does not cancel the decision: it is committed. Returns what
+        ``choose`` returned with the write."""
+        chosen: list[Chosen] = []
+        prepared: list[PreparedWrite] = []
+
+        def choice(counts: Counts) -> PreparedWrite:
+            result, write = choose(counts)
+            chosen.append(result)
+            prepared.append(prepare(write, self.dialect))
+            return prepared[0]
+
+        async def committed() -> None:
+            recent = self.recent
+            generation = recent.generation if recent is not None else 0
+            await self._counted(router_id, choice)
+            if recent is not None:
+                for params in prepared[0].decisions:
+                    recent.remember(params, generation)
+
+        task = asyncio.ensure_future(committed())
+        task.add_done_callback(retrieved)
+        await asyncio.shield(task)
+        return chosen[0]
+
     async def counts(self, router_id: int) -> Counts:
         """The router's (decisions, query rounds) as committed, without a lock (decisions still in
         flight are not in it), read on the writer's connection with the other reads waiting then: one
@@ -252,6 +307,11 @@ class Ledger(ABC):
         return [found[i] for i in dict.fromkeys(ids) if i in found]
 
     @abstractmethod
+    async def _counted(self, router_id: int, choice: Choice) -> list[int | None]:
+        """``counted``'s transaction: lock and read the router's counter, ``choice`` (raising: roll
+        back and raise its error), commit its write; the write's feedback ids."""
+
+    @abstractmethod
     async def _submit(self, item: Queued) -> Any:
         """Queue ``item`` for the writer and wait for its outcome (raised when it is an error). A
         cancelled caller (a client that went away) does not cancel a write: it is committed."""
@@ -259,6 +319,13 @@ class Ledger(ABC):
     @abstractmethod
     async def close(self) -> None:
         """Commit what is queued, then stop."""
+
+
+def retrieved(task: asyncio.Future[Any]) -> None:
+    """Mark a future's error retrieved (a shielded task whose caller was cancelled, an outcome its
+    caller may have stopped waiting for)."""
+    if not task.cancelled():
+        task.exception()
 
 
 def parameters_of(item: Queued) -> int:

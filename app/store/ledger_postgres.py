@@ -9,6 +9,12 @@ The connection is the writer's own, opened on the first write and opened again a
 whose connection turns out to be gone is sent once more on a fresh one. When the database cannot be
 reached, the batch's items fail with ``DatabaseUnavailable`` (a 503), and connects are spread by a
 ``ReconnectBackoff`` (app/store/availability.py).
+
+A decision counted exactly (``Ledger.counted``) is a transaction on a second connection, opened on the
+first such decision (a gateway whose policies count otherwise never opens it), so the batches' writer
+never waits for a policy's choice: the counter's row is locked (``counter_lock_pg``), the choice runs,
+its write is one statement as a batch's is, and the commit releases the lock. One such transaction at a
+time per process (the connection's); across processes the row lock orders a router's decisions.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from app.store.driver_sql import (
     FEEDBACK_CONFLICT,
     INFO_VALUES_PG,
     PROBE_MARK_VALUES_PG,
+    counter_lock_pg,
     counter_upsert,
     driver_insert,
     info_merge,
@@ -35,6 +42,7 @@ from app.store.driver_sql import (
     rows_sql,
 )
 from app.store.ledger import (
+    Choice,
     FeedbackKey,
     Ledger,
     LedgerClosed,
@@ -65,6 +73,14 @@ def connection_lost(exc: BaseException) -> bool:
         state = str(getattr(exc, "sqlstate", "") or "")
         return state.startswith(("08", "57"))
     return isinstance(exc, OSError | asyncpg.InterfaceError | asyncpg.InternalClientError)
+
+
+def refused(exc: BaseException) -> Exception:
+    """The error a request gets for the database's ``exc``: ``DatabaseUnavailable`` (a 503) when it
+    cannot be reached, else a ``LedgerError``."""
+    if unreachable(exc):
+        return DatabaseUnavailable(f"the ledger's database is unavailable: {exc!r}")
+    return LedgerError(f"Postgres refused the write: {exc}")
 
 
 Item = tuple[Queued, "asyncio.Future[Any]"]
@@ -130,6 +146,8 @@ class PostgresLedger(Ledger):
         self._task: asyncio.Task[None] | None = None
         self._conn: asyncpg.Connection | None = None
         self._closed = False
+        self._hold_conn: asyncpg.Connection | None = None  # counted decisions' connection
+        self._hold_lock = asyncio.Lock()  # one counted decision at a time on it
 
     async def _submit(self, item: Queued) -> Any:
         if self._closed:
@@ -141,6 +159,58 @@ class PostgresLedger(Ledger):
         # A cancelled caller (a client that went away) does not cancel the write: it is committed.
         return await future
 
+    async def _counted(self, router_id: int, choice: Choice) -> list[int | None]:
+        async with self._hold_lock:
+            if self._closed:
+                raise LedgerClosed("the ledger is closed")
+            for retry in (False, True):
+                try:
+                    conn = await self._hold_connection()
+                    transaction = conn.transaction()
+                    await transaction.start()
+                    locked = await conn.fetchrow(counter_lock_pg(), router_id)
+                except Exception as exc:  # nothing chosen yet: sent once more on a fresh connection
+                    await self._drop_hold()
+                    if retry or not connection_lost(exc):
+                        raise refused(exc) from exc
+                    log.warning("ledger: the connection dropped (%r); locking the counter again", exc)
+                    continue
+                break
+            try:
+                prepared = choice((int(locked[0]), int(locked[1])))
+            except BaseException:
+                await self._roll_back(transaction)
+                raise
+            try:
+                sql, args = batch_statement([prepared])
+                rows = await conn.fetch(sql, *args)
+                await transaction.commit()
+            except Exception as exc:
+                await self._roll_back(transaction)
+                raise refused(exc) from exc
+            self.commits += 1
+            inserted = [((r["decision_id"], r["model"], r["kind"]), int(r["id"])) for r in rows]
+            (ids,) = feedback_ids([prepared], inserted)
+            return ids
+
+    async def _hold_connection(self) -> asyncpg.Connection:
+        if self._hold_conn is None or self._hold_conn.is_closed():
+            self._hold_conn = await self._open()
+        return self._hold_conn
+
+    async def _roll_back(self, transaction: Any) -> None:
+        """Roll back a counted decision's transaction; a connection that cannot is dropped."""
+        try:
+            await transaction.rollback()
+        except Exception:
+            await self._drop_hold()
+
+    async def _drop_hold(self) -> None:
+        if self._hold_conn is not None:
+            with contextlib.suppress(Exception):
+                self._hold_conn.terminate()
+        self._hold_conn = None
+
     async def close(self) -> None:
         if self._closed:
             return
@@ -148,9 +218,11 @@ class PostgresLedger(Ledger):
         if self._task is not None:
             self._queue.put_nowait(None)
             await self._task
-        if self._conn is not None:
-            with contextlib.suppress(Exception):
-                await self._conn.close(timeout=5)
+        async with self._hold_lock:  # a counted decision under way ends first
+            for conn in (self._conn, self._hold_conn):
+                if conn is not None:
+                    with contextlib.suppress(Exception):
+                        await conn.close(timeout=5)
 
     async def _run(self) -> None:
         stop = False
@@ -223,14 +295,19 @@ class PostgresLedger(Ledger):
 
     async def _connection(self) -> asyncpg.Connection:
         if self._conn is None or self._conn.is_closed():
-            self._backoff.check()
-            try:
-                self._conn = await asyncpg.connect(self._dsn, timeout=self._connect_timeout_s)
-            except Exception:
-                self._backoff.failed()
-                raise
-            self._backoff.succeeded()
+            self._conn = await self._open()
         return self._conn
+
+    async def _open(self) -> asyncpg.Connection:
+        """A new connection, through the reconnect backoff."""
+        self._backoff.check()
+        try:
+            conn = await asyncpg.connect(self._dsn, timeout=self._connect_timeout_s)
+        except Exception:
+            self._backoff.failed()
+            raise
+        self._backoff.succeeded()
+        return conn
 
     async def _drop(self) -> None:
         if self._conn is not None:

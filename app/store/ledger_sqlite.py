@@ -20,6 +20,13 @@ the loop from stalling on an inline item:
   (``synchronous=NORMAL`` in WAL mode syncs at checkpoints only, not at commits); every
   ``inline_checkpoint_commits`` inline commits a ``PRAGMA wal_checkpoint(PASSIVE)`` runs on a third
   connection in a worker thread, which bounds the WAL as SQLite's own autocheckpoint would.
+
+A decision counted exactly (``Ledger.counted``) is one ``BEGIN IMMEDIATE`` ... ``COMMIT``: SQLite's
+write lock, which every connection to the file takes in turn, is the counter's lock. Inline, the read,
+the caller's choice and the write run on the loop back to back. On the thread, the thread begins the
+transaction and reads the counts, hands them to the loop and waits (at most ``HOLD_TIMEOUT_S``, then
+rolls back) for the write the choice returns, so the choice runs on the loop, where the policies live;
+the writes queued meanwhile wait for the next batch.
 """
 
 from __future__ import annotations
@@ -32,16 +39,20 @@ import queue
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from app.store.driver_sql import (
     counter_upsert,
+    counts_selects,
     driver_insert,
     feedback_insert_sqlite,
     info_merge,
     probes_answered,
 )
 from app.store.ledger import (
+    Choice,
+    Counts,
     FeedbackKey,
     Ledger,
     LedgerClosed,
@@ -57,6 +68,7 @@ from app.store.ledger import (
     merged_counts,
     read_outcomes,
     read_statements,
+    retrieved,
     split,
 )
 from app.store.models import Attempt, DecisionRow, Probe
@@ -64,7 +76,20 @@ from app.store.sqlite_settings import BUSY_TIMEOUT_S, apply_pragmas
 
 log = logging.getLogger(__name__)
 
-Item = tuple[Queued, asyncio.AbstractEventLoop, "asyncio.Future[Any]"]
+HOLD_TIMEOUT_S = 30.0  # the most the thread waits, in a counted decision's transaction, for its choice
+
+
+@dataclass(eq=False)
+class CounterHold:
+    """A counted decision on the thread: the counts the thread read under the lock go to ``counts``
+    (on the loop); the write to commit comes back in ``write`` (None: roll back)."""
+
+    router_id: int
+    counts: asyncio.Future[Counts]
+    write: concurrent.futures.Future[PreparedWrite | None]
+
+
+Item = tuple[Queued | CounterHold, asyncio.AbstractEventLoop, "asyncio.Future[Any]"]
 
 
 LOCK_HELD = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
@@ -86,6 +111,14 @@ def connect_inline(path: str) -> sqlite3.Connection:
 
 def _never_busy() -> bool:
     return False
+
+
+class _Deferred:
+    """An item not served on the loop: the thread serves it."""
+
+
+DEFERRED = _Deferred()
+Outcome = TypeVar("Outcome")
 
 
 class _LockHeld(Exception):
@@ -132,27 +165,66 @@ class SqliteLedger(Ledger):
     async def _submit(self, item: Queued) -> Any:
         if self._closed:
             raise LedgerClosed("the ledger is closed")
-        if (
-            self._inline is not None
-            and self._queue.empty()
-            and not self._busy()
-            and self._serving.acquire(blocking=False)
-        ):
-            try:
-                outcome = self._serve_inline(self._inline, item)
-            except _LockHeld:
-                self.inline_deferred += 1
-            else:
-                self.inline_served += 1
-                if isinstance(outcome, BaseException):
-                    raise outcome
-                return outcome
-            finally:
-                self._serving.release()
+        outcome = self._on_loop(lambda conn: self._serve_inline(conn, item))
+        if not isinstance(outcome, _Deferred):
+            if isinstance(outcome, BaseException):
+                raise outcome
+            return outcome
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         self._queue.put((item, loop, future))
         return await future
+
+    async def _counted(self, router_id: int, choice: Choice) -> list[int | None]:
+        if self._closed:
+            raise LedgerClosed("the ledger is closed")
+        ids = self._on_loop(lambda conn: self._counted_inline(conn, router_id, choice))
+        if not isinstance(ids, _Deferred):
+            return ids
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[Any] = loop.create_future()
+        done.add_done_callback(retrieved)  # not awaited when the counts could not be read
+        hold = CounterHold(router_id, loop.create_future(), concurrent.futures.Future())
+        self._queue.put((hold, loop, done))
+        try:
+            counts = await hold.counts
+            prepared = choice(counts)
+        except BaseException:
+            hold.write.set_result(None)
+            raise
+        hold.write.set_result(prepared)
+        written: list[int | None] = await done
+        return written
+
+    def _counted_inline(self, conn: sqlite3.Connection, router_id: int, choice: Choice) -> list[int | None]:
+        """``Ledger.counted`` on the loop, on ``conn``; ``_LockHeld`` (nothing done) when SQLite's write
+        lock is held elsewhere."""
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            if isinstance(exc, sqlite3.OperationalError) and exc.sqlite_errorcode in LOCK_HELD:
+                raise _LockHeld from exc
+            raise LedgerError(f"SQLite refused the decision's transaction: {exc}") from exc
+        try:
+            prepared = choice(self._locked_counts(conn, router_id))
+            ids = self._apply(conn, prepared)
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._rollback(conn)
+            raise LedgerError(f"SQLite refused the write: {exc}") from exc
+        except BaseException:
+            self._rollback(conn)
+            raise
+        self.commits += 1
+        self._after_inline_commit()
+        return ids
+
+    def _locked_counts(self, conn: sqlite3.Connection, router_id: int) -> Counts:
+        """The router's counts on ``conn``, inside its ``BEGIN IMMEDIATE``: no other connection can
+        write until it ends."""
+        ((sql, params),) = counts_selects(self.dialect, [router_id])
+        row = conn.execute(sql, params).fetchone()
+        return (int(row[1]), int(row[2])) if row is not None else (0, 0)
 
     async def close(self) -> None:
         if self._closed:
@@ -166,6 +238,27 @@ class SqliteLedger(Ledger):
             self._checkpoint_conn.close()
         if self._inline is not None:
             self._inline.close()
+
+    def _on_loop(self, serve: Callable[[sqlite3.Connection], Outcome]) -> Outcome | _Deferred:
+        """``serve`` on the inline connection when an item may be served on the loop now (inline is
+        on, the writer idle, ``busy()`` false); ``DEFERRED`` when it may not, or when ``serve`` found
+        SQLite's write lock held elsewhere (``_LockHeld``: nothing of it done)."""
+        if not (
+            self._inline is not None
+            and self._queue.empty()
+            and not self._busy()
+            and self._serving.acquire(blocking=False)
+        ):
+            return DEFERRED
+        try:
+            outcome = serve(self._inline)
+        except _LockHeld:
+            self.inline_deferred += 1
+            return DEFERRED
+        finally:
+            self._serving.release()
+        self.inline_served += 1
+        return outcome
 
     def _serve_inline(self, conn: sqlite3.Connection, item: Queued) -> Served:
         """One item on ``conn``: a read, or a write in its own transaction; raises ``_LockHeld`` (with
@@ -219,11 +312,54 @@ class SqliteLedger(Ledger):
                 if first is None:
                     break
                 batch, stop = drain(first, self._queue.get_nowait, queue.Empty, self._max_batch)
-                with self._serving:
-                    outcomes = self._serve([item for item, _, _ in batch])
-                _deliver(batch, outcomes)
+                items = [entry for entry in batch if not isinstance(entry[0], CounterHold)]
+                if items:
+                    with self._serving:
+                        outcomes = self._serve([i for i, _, _ in items if not isinstance(i, CounterHold)])
+                    _deliver(items, outcomes)
+                for entry in batch:
+                    hold, loop, _ = entry
+                    if isinstance(hold, CounterHold):
+                        with self._serving:
+                            outcome = self._serve_hold(hold, loop)
+                        _deliver([entry], [outcome])
         finally:
             self._conn.close()
+
+    def _serve_hold(self, hold: CounterHold, loop: asyncio.AbstractEventLoop) -> Served:
+        """A counted decision on the thread's connection: begin, read the counts, hand them to the loop,
+        wait for the write (``HOLD_TIMEOUT_S`` at most), commit it; roll back when none comes."""
+        conn = self._conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            counts: Counts | LedgerError = self._locked_counts(conn, hold.router_id)
+        except sqlite3.Error as exc:
+            self._rollback(conn)
+            counts = LedgerError(f"SQLite refused the decision's transaction: {exc}")
+        try:
+            loop.call_soon_threadsafe(hand_back, [(hold.counts, counts)])
+        except RuntimeError:  # that loop is closed: nobody waits for the counts
+            self._rollback(conn)
+            return []
+        if isinstance(counts, LedgerError):
+            return []
+        try:
+            prepared = hold.write.result(timeout=HOLD_TIMEOUT_S)
+        except concurrent.futures.TimeoutError:
+            log.error("ledger: no choice came within %.0f s; the decision is rolled back", HOLD_TIMEOUT_S)
+            self._rollback(conn)
+            return LedgerError("the decision's choice took too long; nothing was written")
+        if prepared is None:  # the choice failed: its caller raises its error
+            self._rollback(conn)
+            return []
+        try:
+            ids = self._apply(conn, prepared)
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._rollback(conn)
+            return LedgerError(f"SQLite refused the write: {exc}")
+        self.commits += 1
+        return ids
 
     def _serve(self, batch: Sequence[Queued]) -> list[Served]:
         """The batch's reads (``read_statements``, before its writes), then its writes (one transaction)."""
@@ -272,6 +408,18 @@ class SqliteLedger(Ledger):
         self, conn: sqlite3.Connection, batch: Sequence[PreparedWrite]
     ) -> list[list[int | None]]:
         conn.execute("BEGIN IMMEDIATE")
+        ids = self._apply_all(conn, batch)
+        conn.execute("COMMIT")
+        self.commits += 1
+        return ids
+
+    def _apply(self, conn: sqlite3.Connection, write: PreparedWrite) -> list[int | None]:
+        """One write's statements in ``conn``'s open transaction; its feedback ids."""
+        (ids,) = self._apply_all(conn, [write])
+        return ids
+
+    def _apply_all(self, conn: sqlite3.Connection, batch: Sequence[PreparedWrite]) -> list[list[int | None]]:
+        """The batch's statements in ``conn``'s open transaction; each write's feedback ids."""
         decisions = [row for write in batch for row in write.decisions]
         if decisions:
             conn.executemany(driver_insert(DecisionRow, self.dialect).sql, decisions)
@@ -297,8 +445,6 @@ class SqliteLedger(Ledger):
         counts = merged_counts(batch)
         if counts:
             conn.executemany(counter_upsert("(?, ?, ?)"), counts)
-        conn.execute("COMMIT")
-        self.commits += 1
         return feedback_ids(batch, inserted)
 
 

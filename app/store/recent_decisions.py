@@ -17,8 +17,7 @@ An entry is held as the ledger wrote it (the driver's parameters, JSON as text) 
 ORM's values each time it is asked for, so a decision nobody gives feedback about costs the write path
 one dict insertion, and no two callers share a mutable value. At most ``size`` entries, the oldest
 dropped first (at 1,000 decisions a second the default 10,000 hold the last ten seconds); a decision
-not held (older, an ``exact`` policy's, committed in the request's session, or another replica's) is
-read as before.
+not held (older, or another replica's) is read as before.
 """
 
 from __future__ import annotations

@@ -1,23 +1,18 @@
-"""Session-side INSERTs built once per table (the request path's other writes go through the ledger,
-app/store/ledger.py, as the driver's SQL: app/store/driver_sql.py).
-
-``insert(Entity).values(**row)`` builds a new statement for every row: SQLAlchemy coerces each value
-into a bound parameter, walks them all for the compiled-statement cache key and runs the ORM's bulk
-bookkeeping, about a hundred coercions per forwarded request (profiled). A statement on the
-``Table`` with no values, given the row as execution parameters, is the same SQL, compiled once and
-taken from the cache after that; the rows go to the driver as they are.
-
-Rows are keyed by the mapped attribute names the rest of the app uses (``DecisionRow.request_metadata``
-is the column ``metadata``); ``column_row`` renames them.
+"""Rows and INSERTs on SQLAlchemy's side: rows are keyed by the mapped attribute names the rest of the
+app uses (``DecisionRow.request_metadata`` is the column ``metadata``), and ``column_row`` renames them
+to column keys (for the ledger's driver SQL, app/store/driver_sql.py); ``upsert_for`` is the session's
+dialect's INSERT with ``ON CONFLICT`` (offline uploads). The request path writes through the ledger
+(app/store/ledger.py) only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
-from sqlalchemy import Insert, Table, insert, inspect
+from sqlalchemy import Table, inspect
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.store.models import Base
@@ -41,13 +36,7 @@ def table_of(model: type[Base]) -> Table:
     return table
 
 
-@cache
-def _plain_insert(model: type[Base]) -> Insert:
-    return insert(table_of(model))
-
-
-async def insert_rows(session: AsyncSession, model: type[Base], rows: Sequence[Mapping[str, Any]]) -> None:
-    """INSERT ``rows`` (mapped attribute names; one statement, the rows as its parameters); not
-    committed. Every row must name the same attributes."""
-    if rows:
-        await session.execute(_plain_insert(model), [column_row(model, row) for row in rows])
+def upsert_for(session: AsyncSession):  # type: ignore[no-untyped-def]
+    """The dialect's ``insert`` (Postgres or SQLite), the one with ``on_conflict_do_*``."""
+    dialect = session.bind.dialect.name if session.bind is not None else "postgresql"
+    return postgresql.insert if dialect == "postgresql" else sqlite.insert

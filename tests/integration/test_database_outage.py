@@ -105,6 +105,41 @@ async def test_a_closed_database_is_a_503_everywhere_and_service_resumes_within_
             assert response.status_code < 300, (path, response.status_code, response.text)
 
 
+async def test_an_exact_policys_decision_is_a_503_while_closed_and_resumes(
+    private_pg: Stack, fake: FakeBackends
+) -> None:
+    """BALROG's decisions (``counter_use == "exact"``) take the ledger's counted-decision connection:
+    closed under it, ``/route`` and a forwarded chat completion are 503s, and both serve again within
+    seconds of the database's return."""
+    settings = private_pg.settings(db_retry_after_s=RETRY_AFTER_S, forward_max_retries=0, catalog_ttl_s=60)
+    async with running(create_app(settings)) as client:
+        arm = await add_backend(client, fake, "ok")
+        key = await add_tenant(client, [arm], policy="balrog", hyperparameters={})
+        calls = [
+            ("/route", {"prompt": "hello"}),
+            ("/v1/chat/completions", {"model": "router", "messages": [{"role": "user", "content": "hi"}]}),
+        ]
+        for path, body in calls:  # the counted connection is open
+            response = await client.post(path, json=body, headers=bearer(key))
+            assert response.status_code == 200, response.text
+        await close_database(private_pg.database_url)
+        try:
+            for path, body in calls:
+                assert_unavailable(await client.post(path, json=body, headers=bearer(key)), path)
+        finally:
+            await open_database(private_pg.database_url)
+        reopened = time.monotonic()
+        while (
+            response := await client.post("/route", json={"prompt": "back"}, headers=bearer(key))
+        ).status_code != 200:
+            assert_unavailable(response, "/route")
+            assert time.monotonic() - reopened < RECOVERY_S, "no recovery within 5 s"
+            await asyncio.sleep(0.05)
+        for path, body in calls:
+            response = await client.post(path, json=body, headers=bearer(key))
+            assert response.status_code == 200, response.text
+
+
 async def test_a_503_database_unavailable_is_in_the_contract(private_pg: Stack) -> None:
     async with running(create_app(private_pg.settings())) as client:
         spec = (await client.get("/openapi.json")).json()

@@ -19,6 +19,7 @@ from sqlalchemy import select
 from app.store.db import make_engine, make_ledger, make_sessionmaker
 from app.store.driver_sql import model_params
 from app.store.ledger import Ledger, LedgerClosed, LedgerError, LedgerWrite
+from app.store.ledger_sqlite import SqliteLedger
 from app.store.models import Attempt, DecisionRow, FeedbackEvent, Router, RouterCounter, Tenant
 from app.store.sqlite_settings import sqlite_path
 from tests.conftest import PG_SERVER, REDIS_URL, Stack
@@ -502,3 +503,139 @@ async def test_a_cancelled_merge_drops_the_decision_from_memory(
             assert found[0].info == {"answered_by": "b"}
         finally:
             await ledger.close()
+
+
+def budgeted(place: Place, seen: list[tuple[int, int]], budget: int = 3):  # type: ignore[no-untyped-def]
+    """A choice as BALROG's: a query round while the counts show fewer than ``budget``."""
+
+    def choose(counts: tuple[int, int]) -> tuple[tuple[int, int], LedgerWrite]:
+        seen.append(counts)
+        queried = 1 if counts[1] < budget else 0
+        return counts, LedgerWrite(decision=place.decision(), count=(place.router_id, 1, queried))
+
+    return choose
+
+
+async def test_counted_decisions_of_two_ledgers_each_see_the_counts_before_them(
+    place: Place, ledger: Ledger, request: pytest.FixtureRequest
+) -> None:
+    """Two ledgers on one database (two processes) decide 20 times concurrently: the counter's lock,
+    held from the read through the choice to the write, gives every choice the counts of all the
+    decisions committed before it: 0..19 each once, and exactly 3 query rounds."""
+    other = make_ledger(place.stack.database_url, 128, sqlite_inline=inline(request))
+    seen: list[tuple[int, int]] = []
+    choose = budgeted(place, seen)
+    try:
+        chosen = await asyncio.gather(
+            *(each.counted(place.router_id, choose) for _ in range(10) for each in (ledger, other))
+        )
+    finally:
+        await other.close()
+    assert sorted(chosen) == [(i, min(i, 3)) for i in range(20)] and sorted(seen) == sorted(chosen)
+    assert await ledger.counts(place.router_id) == (20, 3)
+
+
+async def test_a_counted_choice_that_raises_writes_nothing_and_releases_the_lock(
+    place: Place, ledger: Ledger
+) -> None:
+    def fails(counts: tuple[int, int]) -> tuple[None, LedgerWrite]:
+        raise RuntimeError(f"the policy failed at {counts}")
+
+    await ledger.counted(place.router_id, budgeted(place, []))
+    with pytest.raises(RuntimeError, match=r"failed at \(1, 1\)"):
+        await ledger.counted(place.router_id, fails)
+    decision = place.decision()
+    await asyncio.wait_for(ledger.write(LedgerWrite(decision=decision, count=(place.router_id, 1, 0))), 5)
+    assert await asyncio.wait_for(ledger.counted(place.router_id, budgeted(place, [])), 5) == (2, 1)
+    assert await ledger.counts(place.router_id) == (3, 2)
+
+
+@pytest.mark.parametrize("on_loop", [False, True])
+async def test_sqlite_the_write_lock_is_held_during_the_choice(sqlite_stack: Stack, on_loop: bool) -> None:
+    """On SQLite the counter's lock is the database's write lock: no other connection can write while
+    the choice runs, on the writer's thread or inline on the loop alike, and can once it is committed."""
+    async with placed(sqlite_stack) as place:
+        ledger = make_ledger(sqlite_stack.database_url, 16, sqlite_inline=on_loop)
+        other = sqlite3.connect(sqlite_path(sqlite_stack.database_url), timeout=0, isolation_level=None)
+        outcomes: list[str] = []
+
+        def choose(counts: tuple[int, int]) -> tuple[None, LedgerWrite]:
+            try:
+                other.execute("BEGIN IMMEDIATE")
+                other.execute("ROLLBACK")
+                outcomes.append("wrote")
+            except sqlite3.OperationalError as exc:
+                outcomes.append(str(exc))
+            return None, LedgerWrite(decision=place.decision(), count=(place.router_id, 1, 0))
+
+        try:
+            await ledger.counted(place.router_id, choose)
+            other.execute("BEGIN IMMEDIATE")
+            other.execute("ROLLBACK")
+            assert isinstance(ledger, SqliteLedger) and ledger.inline_served == int(on_loop)
+        finally:
+            other.close()
+            await ledger.close()
+        assert outcomes == ["database is locked"]
+        assert await place.counter() == 1
+
+
+async def test_postgres_a_counted_decisions_dropped_connection_is_replaced(pg_stack: Stack) -> None:
+    async with placed(pg_stack) as place:
+        ledger = make_ledger(pg_stack.database_url, max_batch=16)
+        try:
+            assert await ledger.counted(place.router_id, budgeted(place, [])) == (0, 0)
+            admin = await asyncpg.connect(PG_SERVER + "/test")
+            try:
+                killed = await admin.fetchval(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    "WHERE datname = $1 AND pid <> pg_backend_pid() AND application_name = ''",
+                    pg_stack.database_url.rsplit("/", 1)[1],
+                )
+            finally:
+                await admin.close()
+            assert killed >= 1
+            assert await ledger.counted(place.router_id, budgeted(place, [])) == (1, 1)
+        finally:
+            await ledger.close()
+
+
+async def test_an_answer_merges_into_its_own_decision_in_the_write_that_inserts_it(
+    place: Place, remembering: Ledger
+) -> None:
+    """A write holding a decision and an ``info`` merge into it (a forwarded request's one write after
+    its call) stores the decision merged, as memory holds it."""
+    decision = place.decision(t=2)
+    did = str(decision["id"])
+    await remembering.write(LedgerWrite(decision=decision, info=(did, {"answered_by": "b"})))
+    expected = {"t": 2, "answered_by": "b"}
+    assert [d.info for d in await remembering.decisions(place.tenant_id, [did])] == [expected]
+    async with place.sessions() as session:
+        row = await session.get(DecisionRow, did)
+        assert row is not None and row.info == expected
+
+
+async def test_a_counted_decision_whose_caller_is_cancelled_is_committed_and_remembered(
+    place: Place, remembering: Ledger
+) -> None:
+    """A client that goes away does not cancel its decision (as with every write): the choice runs, the
+    decision and its count are committed, and memory holds the decision as written."""
+    decision = place.decision(t=1)
+
+    def choose(counts: tuple[int, int]) -> tuple[tuple[int, int], LedgerWrite]:
+        return counts, LedgerWrite(decision=decision, count=(place.router_id, 1, 1))
+
+    deciding = asyncio.ensure_future(remembering.counted(place.router_id, choose))
+    await asyncio.sleep(0)  # handed to the ledger
+    deciding.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await deciding
+    for _ in range(100):  # the decision goes on without its caller
+        if await remembering.counts(place.router_id) == (1, 1):
+            break
+        await asyncio.sleep(0.01)
+    assert await remembering.counts(place.router_id) == (1, 1)
+    assert remembering.recent is not None and remembering.recent.holds_any([str(decision["id"])])
+    async with place.sessions() as session:
+        row = await session.get(DecisionRow, decision["id"])
+        assert row is not None and row.info == {"t": 1}

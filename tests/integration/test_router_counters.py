@@ -4,9 +4,16 @@ budget continue across a restart, are shared by replicas, and start again after 
 from __future__ import annotations
 
 import asyncio
+from unittest.mock import ANY
+
+import httpx
+from sqlalchemy import select
 
 from app.main import create_app
+from app.store.db import make_engine, make_sessionmaker
+from app.store.models import DecisionRow, RouterCounter, Tenant
 from tests.conftest import Stack, admin_headers, bearer, make_tenancy, running
+from tests.fake_backend import FakeBackends
 
 CAPPED = {"trigger": "warm", "max_queries": 2}  # every round wants a query; two are allowed in all
 
@@ -77,3 +84,62 @@ async def test_a_read_policy_sees_its_own_decisions_at_once_and_a_replicas_withi
     async with running(create_app(every)) as first, running(create_app(every)) as second:
         t = await make_tenancy(first, policy="knn-ucb")
         assert [await t_of(first, t.key), await t_of(second, t.key), await t_of(first, t.key)] == [1, 2, 3]
+
+
+async def test_concurrent_decisions_of_two_replicas_see_every_count_and_never_overspend(
+    stack: Stack, fake: FakeBackends
+) -> None:
+    """BALROG spends its query budget at select (``counter_use == "exact"``): the ledger locks the
+    router's counter from the read of its counts through select to the decision's write
+    (``Ledger.counted``). So 16 concurrent decisions, half ``/route`` and half forwarded chat
+    completions, half on each of two processes over one database, are rounds 1..16 each once, and
+    exactly 3 of them query (with a lock-free read, concurrent decisions would see the same counts:
+    repeated rounds and more than 3 queries). A forwarded decision, written while choosing, gets who
+    answered merged into it after the call."""
+    budget = {"trigger": "warm", "max_queries": 3}
+    async with (
+        running(create_app(stack.settings())) as first,
+        running(create_app(stack.settings())) as second,
+    ):
+        t = await make_tenancy(first, policy="balrog", hyperparameters=budget)
+        for arm in t.arms:  # answered by the fake backend
+            patched = await first.patch(
+                f"/admin/backends/{arm}", json={"base_url": fake.url("ok")}, headers=admin_headers()
+            )
+            assert patched.status_code == 200, patched.text
+
+        async def route(client: httpx.AsyncClient) -> tuple[str, int | None, int]:
+            response = await client.post("/route", json={"prompt": "What is 2 + 2?"}, headers=bearer(t.key))
+            assert response.status_code == 200, response.text
+            return response.json()["decision_id"], response.json()["info"]["t"], len(response.json()["query"])
+
+        async def chat(client: httpx.AsyncClient) -> tuple[str, int | None, int]:
+            body = {"model": "router", "messages": [{"role": "user", "content": "What is 3 + 3?"}]}
+            response = await client.post("/v1/chat/completions", json=body, headers=bearer(t.key))
+            assert response.status_code == 200, response.text
+            queried = response.headers.get("x-banditgate-query", "")
+            return (
+                response.json()["banditgate"]["decision_id"],
+                None,
+                len([m for m in queried.split(",") if m]),
+            )
+
+        made = await asyncio.gather(
+            *(call(client) for _ in range(4) for call in (route, chat) for client in (first, second))
+        )
+        assert sum(queries for _, _, queries in made) == 3
+        assert await route(first) == (ANY, 17, 0)
+        engine = make_engine(stack.database_url)
+        try:
+            async with make_sessionmaker(engine)() as session:
+                mine = select(DecisionRow).join(Tenant).where(Tenant.name == t.tenant)
+                rows = (await session.scalars(mine)).all()
+                counter = await session.get(RouterCounter, rows[0].router_id)
+        finally:
+            await engine.dispose()
+        by_id = {row.id: row for row in rows}
+        assert sorted(row.info["t"] for row in rows) == list(range(1, 18))
+        assert sum(1 for row in rows if row.query) == 3
+        assert counter is not None and (counter.decisions, counter.query_rounds) == (17, 3)
+        forwarded = [by_id[decision_id] for (decision_id, t_seen, _) in made if t_seen is None]
+        assert len(forwarded) == 8 and all(row.info["answered_by"] in t.arms for row in forwarded)
