@@ -119,6 +119,41 @@ class WarmStartStats(BaseModel):
     models: dict[str, WarmStartModel]
 
 
+class ShadowModel(BaseModel):
+    calls: int = Field(0, description="shadow calls of this model in the window (refused ones not counted)")
+    spend: float = Field(0.0, description="USD those calls cost")
+    graded: int = Field(0, description="of them, graded by kind: shadow feedback")
+    evidence_n: int | None = Field(
+        None,
+        description="rewards of this model folded into the served state, of any kind (served, query, "
+        "shadow, offline); null: the policy keeps no per-model evidence (no incumbent check)",
+    )
+    evidence_mean: float | None = Field(None, description="their mean; null when none")
+    evidence_lcb: float | None = Field(None, description="their Hoeffding lower bound; null when none")
+
+
+class ShadowStats(BaseModel):
+    shadow: float | None = Field(
+        description="the router's `shadow` hyperparameter (share of decisions sampled)"
+    )
+    budget_usd_per_day: float | None = Field(description="`shadow_usd_per_day`; null: unbounded")
+    spent_last_day: float = Field(
+        description="USD of the router's shadow calls over the last 24 h (what the budget counts)"
+    )
+    calls: int = Field(description="shadow calls made in the window (pending, answered or failed)")
+    pending: int
+    answered: int
+    failed: int
+    spend: float = Field(description="USD of the window's shadow calls (also in `cost_total`)")
+    refused: dict[str, int] = Field(
+        description="shadow calls refused in the window, per reason (concurrency, budget)"
+    )
+    served: int = Field(description="decisions in the window that called a model")
+    share: float | None = Field(description="calls / served; null without served decisions")
+    last_event_id: int = Field(description="the newest event folded into the state the evidence reads")
+    models: dict[str, ShadowModel]
+
+
 class RouterStats(BaseModel):
     tenant: str
     router: str
@@ -152,6 +187,11 @@ class RouterStats(BaseModel):
         None,
         description="offline (warm-start) observations per model (docs/policies/trusted-routing.md); null "
         "when the router has none",
+    )
+    shadow: ShadowStats | None = Field(
+        None,
+        description="shadow evaluation (docs/guide.md): calls, spend and refusals in the window, and the "
+        "evidence per model; null when the router sets no shadow hyperparameter and made no shadow call",
     )
     buckets: list[StatsBucket]
 

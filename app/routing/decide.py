@@ -214,6 +214,7 @@ async def choose(turn: Turn) -> RouteResponse:
         info=info,
     )
     turn.pending = PendingDecision(values, router.name, counted=use == "exact", queried=bool(decision.query))
+    turn.shadow = list(decision.shadow)
     return turn.route
 
 

@@ -51,8 +51,9 @@ class Turn:
     """One request on its way through routing: who asks (``tenant``), what (``request``, and ``body``,
     the JSON to forward when there is one), through which ``router`` (None: a direct call of a named
     backend), and what came of it so far: the decision (``route``; ``pending`` while it is not yet
-    written) and the attempts of the call that answers it. ``session`` is the request's database
-    session."""
+    written) and the attempts of the call that answers it. ``shadow``: the models the policy asked the
+    gateway to call as well, off the client's path (``Decision.shadow``; never shown to the client).
+    ``session`` is the request's database session."""
 
     ctx: AppContext
     session: AsyncSession
@@ -63,6 +64,7 @@ class Turn:
     route: RouteResponse | None = None
     pending: PendingDecision | None = None
     attempts: list[AttemptRecord] = field(default_factory=list)
+    shadow: list[str] = field(default_factory=list)
 
     @property
     def decided(self) -> RouteResponse:
