@@ -16,7 +16,7 @@ evidence_report``), replica-consistent like ``app.trusted_stats``.
 
 from __future__ import annotations
 
-from sqlalchemy import case, func, select
+from sqlalchemy import case, func, literal_column, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.admin_views import ShadowModel, ShadowStats
@@ -42,12 +42,14 @@ async def shadow_stats(
         & (P.created_at >= window.since)
         & (P.created_at < window.until)
     )
+    # an inlined literal, not a bound parameter: SELECT and GROUP BY must be the same expression
+    reason = case((P.status == literal_column("'refused'"), P.error))
     per_status = {
         (str(model), str(status), error): (int(n), float(cost or 0.0))
         for model, status, error, n, cost in await session.execute(
-            select(P.model, P.status, case((P.status == "refused", P.error)), func.count(), func.sum(P.cost))
+            select(P.model, P.status, reason, func.count(), func.sum(P.cost))
             .where(mine)
-            .group_by(P.model, P.status, case((P.status == "refused", P.error)))
+            .group_by(P.model, P.status, reason)
         )
     }
     if not per_status and all(hyper.get(k) is None for k in SHADOW_KEYS):
