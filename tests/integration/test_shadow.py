@@ -6,6 +6,7 @@ evidence (never a served round), counts its cost, and refuses shadow calls over 
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 
@@ -21,7 +22,7 @@ from tests.fake_backend import FakeBackends
 from tests.integration.test_forwarding import PROMPT, USAGE_COST, add_backend, add_tenant, gateway_app
 from tests.integration.test_probes import drain, forward_body, probes_of
 
-SLOW_S = 1.5  # the shadow backend's delay: the client's answer must not wait for it
+SLOW_S = 3.0  # the shadow backend's delay: the client's answer must not wait for it
 
 
 async def shadow_tenant(
@@ -246,3 +247,19 @@ async def test_pending_probes_of_both_kinds_say_which(stack: Stack, fake: FakeBa
             "reward": 1.0,
         }
         assert (await client.post("/feedback", json=wrong, headers=bearer(key))).status_code == 422
+
+
+async def test_shadow_cost_is_spend_of_its_decision_for_the_pacer(stack: Stack, fake: FakeBackends) -> None:
+    app = gateway_app(stack)
+    async with running(app) as client:
+        key, tenant, _, _ = await shadow_tenant(client, fake, slow="ok", cost_target=1.0)
+        await client.post("/route", json=forward_body(), headers=bearer(key))
+        await drain(app)
+        # the gateway's cost events are folded without read-your-writes: wait for the fold
+        for _ in range(50):
+            pacing = (await stats_of(client, tenant))["trusted"]["pacing"]  # type: ignore[index]
+            if pacing["spent"] is not None and pacing["spent"] >= 2 * USAGE_COST - 1e-12:
+                break
+            await asyncio.sleep(0.1)
+        assert pacing["requests"] == 1  # one decision, two paid calls
+        assert math.isclose(pacing["spent"], 2 * USAGE_COST)
