@@ -87,14 +87,19 @@ class ProbeJob:
 
 async def _probe(ctx: AppContext, job: ProbeJob) -> None:
     async with runner(ctx).semaphore:
-        try:
-            await _call_and_store(ctx, job)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception(
-                "probe of %s for decision %s failed to be recorded", job.model, job.route.decision_id
-            )
+        await _logged(_call_and_store(ctx, job), job)
+
+
+async def _logged(work: Coroutine[Any, Any, None], job: ProbeJob) -> None:
+    """Run a probe's work; an error is logged, never raised into the task set."""
+    try:
+        await work
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception(
+            "%s probe of %s for decision %s failed to be recorded", job.kind, job.model, job.route.decision_id
+        )
 
 
 def _start_shadow(turn: Turn, job: ProbeJob) -> None:
@@ -104,8 +109,7 @@ def _start_shadow(turn: Turn, job: ProbeJob) -> None:
     row = {"decision_id": job.route.decision_id, "tenant_id": job.tenant_id, "router_id": router.id}
     row["model"] = job.model
     names = (turn.tenant.name, router.name)
-    slots = runner(ctx).shadow
-    if not slots.take():
+    if not runner(ctx).shadow.take():
         runner(ctx).start(_logged(shadow.store_refusal(ctx, row, names, "concurrency"), job))
         return
     budget = shadow.budget_of(router.hyperparameters)
@@ -115,42 +119,36 @@ def _start_shadow(turn: Turn, job: ProbeJob) -> None:
 async def _shadow(
     ctx: AppContext, job: ProbeJob, row: dict[str, Any], names: tuple[str, str], budget: float | None
 ) -> None:
-    """A shadow call in its slot: refused (stored) when its budget has no room for its expected cost
-    (app/routing/shadow.py), else called and stored like a probe; the slot and the reservation are
-    released once its cost is stored."""
-    slots, router_id, expected = runner(ctx).shadow, int(row["router_id"]), 0.0
-    reserved = False
+    """A shadow call in its slot (``_budgeted``); the slot and the reservation are released once its
+    cost is stored."""
+    slots, reserved = runner(ctx).shadow, [0.0]
     try:
-        if budget is not None:
-            prompt_chars = len(job.request.text())
-            expected = (await expected_costs(ctx, [job.model], prompt_chars)).get(job.model, 0.0)
-            spent = await shadow.spent_last_day(ctx, router_id)
-            reserved = slots.reserve(router_id, spent, expected, budget)
-            if not reserved:
-                await shadow.store_refusal(ctx, row, names, "budget")
-                return
-        await _call_and_store(ctx, job)
-    except asyncio.CancelledError:
-        raise
-    except Exception:
-        log.exception(
-            "shadow call of %s for decision %s failed to be recorded", job.model, job.route.decision_id
-        )
+        await _logged(_budgeted(ctx, job, row, names, budget, reserved), job)
     finally:
         slots.give()
-        if reserved:
-            slots.settle(router_id, expected)
+        slots.settle(int(row["router_id"]), reserved[0])
 
 
-async def _logged(work: Coroutine[Any, Any, None], job: ProbeJob) -> None:
-    try:
-        await work
-    except asyncio.CancelledError:
-        raise
-    except Exception:
-        log.exception(
-            "refused shadow call of %s for decision %s not stored", job.model, job.route.decision_id
-        )
+async def _budgeted(
+    ctx: AppContext,
+    job: ProbeJob,
+    row: dict[str, Any],
+    names: tuple[str, str],
+    budget: float | None,
+    reserved: list[float],
+) -> None:
+    """Refused (stored) when the router's budget has no room for the call's expected cost
+    (app/routing/shadow.py), else ``reserved[0]`` set to that cost and the call made and stored like a
+    probe."""
+    if budget is not None:
+        router_id = int(row["router_id"])
+        expected = (await expected_costs(ctx, [job.model], len(job.request.text()))).get(job.model, 0.0)
+        spent = await shadow.spent_last_day(ctx, router_id)
+        if not runner(ctx).shadow.reserve(router_id, spent, expected, budget):
+            await shadow.store_refusal(ctx, row, names, "budget")
+            return
+        reserved[0] = expected
+    await _call_and_store(ctx, job)
 
 
 async def _call_and_store(ctx: AppContext, job: ProbeJob) -> None:
