@@ -4,6 +4,7 @@ observation."""
 
 from __future__ import annotations
 
+import hashlib
 import math
 
 import numpy as np
@@ -121,8 +122,9 @@ def test_the_sampled_rate_is_s_and_a_function_of_the_seed_and_key() -> None:
     policy = build_policy("knn-ucb", ["a", "b"], seed=5, hyperparameters={"shadow": rate})
     first = _sampled(policy, range(n))
     assert abs(sum(first) - n * rate) <= 4 * math.sqrt(n * rate * (1 - rate))  # Binomial(n, S), 4 sd
-    # u_t is the first draw of decision_rng(seed, "t:shadow")
-    assert first == [decision_rng(5, f"{t}:shadow").random() < rate for t in range(n)]
+    # u_t: the first 64 bits of BLAKE2b("5:t:shadow") over 2^64
+    digest = [hashlib.blake2b(f"5:{t}:shadow".encode(), digest_size=8).digest() for t in range(n)]
+    assert first == [int.from_bytes(d, "big") / 2**64 < rate for d in digest]
     # a replica that served other decisions first samples the same ones
     other = build_policy("knn-ucb", ["a", "b"], seed=5, hyperparameters={"shadow": rate})
     _sampled(other, range(n, n + 50))
@@ -191,7 +193,7 @@ def test_state_round_trip_keeps_decisions_and_counts() -> None:
     for t, (x, r) in enumerate(draws[:80]):
         step(policy, t, x / np.linalg.norm(x), r)
     restored = restore_policy(decode_state(encode_state(policy.state_dict())))
-    assert isinstance(restored, Shadow)
+    assert isinstance(restored, Shadow) and isinstance(policy, Shadow)
     assert restored.config == policy.config and restored.config["shadow_usd_per_day"] == 2.0
     assert encode_state(restored.state_dict()) == encode_state(policy.state_dict())
     for t, (x, r) in enumerate(draws[80:], start=80):
