@@ -53,7 +53,7 @@ class ProbeRunner:
     """The background probe tasks of one process, bounded by a semaphore (queries) and by
     ``ShadowSlots`` (shadow calls)."""
 
-    def __init__(self, concurrency: int, shadow_concurrency: int = 1) -> None:
+    def __init__(self, concurrency: int, shadow_concurrency: int) -> None:
         self.semaphore = asyncio.Semaphore(concurrency)
         self.shadow = ShadowSlots(shadow_concurrency)
         self.tasks: set[asyncio.Task[None]] = set()
