@@ -25,7 +25,9 @@ class StatsBucket(BaseModel):
     declined: int = Field(description="decisions that called no model")
     queries: int = Field(description="decisions that asked for other models' rewards (query non-empty)")
     queries_cumulative: int = Field(description="query rounds of this router up to the end of this bucket")
-    feedback: int = Field(description="feedback events (bandit, query, cascade-step; not the cost records)")
+    feedback: int = Field(
+        description="feedback events (bandit, query, cascade-step, shadow; not the cost records)"
+    )
     reward_mean: float | None = Field(description="mean bandit/cascade-step reward")
     cost_total: float
     cost_mean: float | None = Field(description="mean cost of the feedback events that reported one")
@@ -171,7 +173,9 @@ class RouterStats(BaseModel):
     queries_before: int = Field(description="query rounds before `since`")
     queries_total: int = Field(description="query rounds up to `until`")
     decisions: int
-    feedback: int = Field(description="feedback events (bandit, query, cascade-step; not the cost records)")
+    feedback: int = Field(
+        description="feedback events (bandit, query, cascade-step, shadow; not the cost records)"
+    )
     feedback_by_kind: dict[str, int] = Field(
         description="events per kind: the feedback's, and `cost`, the gateway's records of what each call "
         "it forwarded or probed cost"
