@@ -18,7 +18,9 @@ from the router's seed, saved in the state; deterministic in the order of select
 decisions the number sampled is Binomial(n, S) (the digest's bits taken as uniform).
 
 Which model. The candidates are the decision's candidates (``candidate_arms``) other than the served arm(s)
-and the models the decision already queries (``Decision.query``). With [LCB_a(x), UCB_a(x)] the evidence
+and the models the decision already queries (``Decision.query``); under a floor whose objective is
+``savings``, only its incumbent a_0 and the models priced below it (the savings choice serves no dearer model, so
+evidence about one would change no decision and cost the most). With [LCB_a(x), UCB_a(x)] the evidence
 interval of model a at this prompt x, a_0 the reference (the floor's incumbent where a
 ``Conservative`` layer checks this decision, else the served model) and alpha the floor's ``max_loss``,
 a is eligible iff it could beat the reference or be cheaper at equal quality:
@@ -154,12 +156,19 @@ class Shadow(PolicyWrapper):
         floor = self._floor(context, known)
         reference = floor[0].incumbent_for(context) if floor is not None else decision.arms[0]
         assert reference is not None
+        costs = context.costs or {}
+        if floor is not None and floor[0].objective == "savings" and reference in costs:
+            # the savings choice never serves a model dearer than a_0: evidence about one changes nothing
+            candidates = [
+                a for a in candidates if a == reference or costs.get(a, math.inf) < costs[reference]
+            ]
+            if not candidates:
+                return []
         bounds = self.bounds(context, decision, [*candidates, reference], floor)
         lcb0 = bounds[reference][0]
         eligible = [a for a in candidates if bounds[a][1] >= lcb0]
-        if floor is not None and context.costs:
+        if floor is not None and costs:
             conservative, alpha = floor
-            costs = context.costs
             bar = (1.0 - alpha) * conservative.estimate(reference, context.embedding)
             price0 = costs.get(reference, -math.inf)
             eligible += [

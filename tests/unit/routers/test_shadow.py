@@ -77,6 +77,29 @@ def test_a_model_no_cheaper_must_be_able_to_beat_the_reference() -> None:
     assert policy.select(context).shadow == ["f"]
 
 
+@pytest.mark.parametrize(("objective", "shadow"), [("reward", "dear"), ("savings", "cheap")])
+def test_under_savings_a_model_dearer_than_the_incumbent_is_never_shadowed(
+    objective: str, shadow: str
+) -> None:
+    """L = 2, alpha = 0.1: inc n = 400, mean 0.75 -> [0.70, 0.80]; dear n = 4, mean 0.8 -> [0.30, 1.00]
+    (width 0.7, could beat inc); cheap n = 100, mean 0.7 -> [0.60, 0.80] (width 0.2). Both objectives serve
+    inc (no slack banked for an exploratory round); only the reward objective could ever serve dear."""
+    hyper = {
+        "incumbent": "inc",
+        "max_loss": 0.1,
+        "delta": math.exp(-2),
+        "objective": objective,
+        "shadow": 1.0,
+    }
+    policy = build_policy("greedy", ["inc", "dear", "cheap"], seed=0, hyperparameters=hyper)
+    for arm, mean, n in (("inc", 0.75, 400), ("dear", 0.8, 4), ("cheap", 0.7, 100)):
+        _fold(policy, arm, mean, n)
+    prices = {"inc": 0.01, "dear": 0.1, "cheap": 0.001}
+    decision = policy.select(Context(embedding=X, costs=prices, decision_key="0"))
+    assert decision.arms == ["inc"]
+    assert decision.shadow == [shadow]
+
+
 def test_models_served_or_queried_are_never_shadowed() -> None:
     policy, context = _hand_case(PRICES)
     decision = Decision(arms=["inc"], query=["d"])
