@@ -13,6 +13,7 @@ import pytest
 from routers.base import (
     Context,
     Decision,
+    KeyedRng,
     Observation,
     ObservationKind,
     Policy,
@@ -24,7 +25,7 @@ from routers.base import (
 from routers.conservative import Conservative
 from routers.logistic_ucb import PromptWise
 from routers.registry import POLICIES, build_policy, restore_policy
-from routers.shadow import Shadow
+from routers.shadow import Shadow, shadow_draw
 from tests.unit.routers.trusted_sim import X
 
 ARMS = ["inc", "w", "d", "e", "f"]
@@ -152,6 +153,16 @@ def test_the_sampled_rate_is_s_and_a_function_of_the_seed_and_key() -> None:
     other = build_policy("knn-ucb", ["a", "b"], seed=5, hyperparameters={"shadow": rate})
     _sampled(other, range(n, n + 50))
     assert _sampled(other, range(200)) == first[:200]
+
+
+def test_a_gateway_generator_key_samples_what_the_simulators_round_key_does() -> None:
+    """The gateway passes KeyedRng(seed, request seed t); the simulator decision_key str(t)."""
+    policy = build_policy("knn-ucb", ["a", "b"], seed=5, hyperparameters={"shadow": 0.3})
+    assert isinstance(policy, Shadow)
+    for t in range(50):
+        gateway = Context(embedding=X, rng=KeyedRng(11, t), decision_key=f"decision-{t}")
+        assert policy.draw(gateway)[0] == policy.draw(Context(embedding=X, decision_key=str(t)))[0]
+        assert policy.draw(gateway)[0] == shadow_draw(5, t)
 
 
 def test_the_wrapper_leaves_the_policys_own_draws_alone() -> None:
