@@ -8,17 +8,22 @@ realised sums (``routers.conservative``: R_0, R_S, S) never hold it. Its cost is
 counts it as spend of its decision, as a query's (``routers.pacing.DualPacer``).
 
 Sampling. Decision t is sampled iff u_t < S, with u_t = h / 2^64 and h the first 8 bytes (big-endian) of
-the BLAKE2b digest of ``f"{seed}:{decision_key}:shadow"`` (``shadow_draw``): a function of the router's seed
-and the decision's key only, drawn from nothing the wrapped policy draws from (``Context.rng``), so adding
-the wrapper changes none of the policy's own draws, and every replica samples the same decisions. A hash,
-not a generator: building a ``decision_rng`` costs about 45 us, on every decision; the hash about 1 us.
-The choice's ties draw from ``decision_rng(seed, f"{decision_key}:shadow")``, built only on a tie. The
-simulator keys round t as ``str(t)``; a caller that keys nothing gets the wrapper's own generator (seeded
-from the router's seed, saved in the state; deterministic in the order of selects, not replica-safe). Over n
-decisions the number sampled is Binomial(n, S) (the digest's bits taken as uniform).
+the BLAKE2b digest of ``f"{seed}:{key}:shadow"`` (``shadow_draw``), where key is the decision's generator
+key when the caller passes a ``KeyedRng`` (the gateway: the client's request seed, else the decision id's
+first 64 bits, ``routers.base.generator_key``), else ``Context.decision_key`` (the simulator: round t as
+``str(t)``, which formats as the seed t does, so ``bench e2e``, sending t as the seed, samples the rounds
+the simulator samples). A function of the router's seed and the decision only, drawn from nothing the
+wrapped policy draws from (``Context.rng``), so adding the wrapper changes none of the policy's own draws,
+and every replica samples the same decisions. A hash, not a generator: building a ``decision_rng`` costs
+about 45 us, on every decision; the hash about 1 us. The choice's ties draw from ``decision_rng(seed,
+f"{key}:shadow")``, built only on a tie. A caller that keys nothing gets the wrapper's own generator (seeded
+from the router's seed, saved in the state; deterministic in the order of selects, not replica-safe). Over
+n decisions the number sampled is Binomial(n, S) (the digest's bits taken as uniform).
 
 Which model. The candidates are the decision's candidates (``candidate_arms``) other than the served arm(s)
-and the models the decision already queries (``Decision.query``). With [LCB_a(x), UCB_a(x)] the evidence
+and the models the decision already queries (``Decision.query``); under a floor whose objective is
+``savings``, only its incumbent a_0 and the models priced below it (the savings choice serves no dearer model, so
+evidence about one would change no decision and cost the most). With [LCB_a(x), UCB_a(x)] the evidence
 interval of model a at this prompt x, a_0 the reference (the floor's incumbent where a
 ``Conservative`` layer checks this decision, else the served model) and alpha the floor's ``max_loss``,
 a is eligible iff it could beat the reference or be cheaper at equal quality:
@@ -94,7 +99,7 @@ class ShadowHyperparameters(Hyperparameters):
 SHADOW_KEYS: tuple[str, ...] = tuple(ShadowHyperparameters.model_fields)
 
 
-def shadow_draw(seed: int, key: str) -> float:
+def shadow_draw(seed: int, key: int | str) -> float:
     """u in [0, 1) of a keyed decision: its BLAKE2b digest's first 64 bits over 2^64 (module docstring)."""
     digest = hashlib.blake2b(f"{seed}:{key}:shadow".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") / 2.0**64
@@ -122,7 +127,8 @@ class Shadow(PolicyWrapper):
 
     def draw(self, context: Context) -> tuple[float, RngSource]:
         """(u_t, the generator of this decision's ties) of the module docstring."""
-        key = context.decision_key
+        keyed = context.rng
+        key = keyed.key if isinstance(keyed, KeyedRng) else context.decision_key
         if key is None:
             return float(self.rng.random()), self.rng
         return shadow_draw(self.seed, key), KeyedRng(self.seed, f"{key}:shadow")
@@ -154,12 +160,19 @@ class Shadow(PolicyWrapper):
         floor = self._floor(context, known)
         reference = floor[0].incumbent_for(context) if floor is not None else decision.arms[0]
         assert reference is not None
+        costs = context.costs or {}
+        if floor is not None and floor[0].objective == "savings" and reference in costs:
+            # the savings choice never serves a model dearer than a_0: evidence about one changes nothing
+            candidates = [
+                a for a in candidates if a == reference or costs.get(a, math.inf) < costs[reference]
+            ]
+            if not candidates:
+                return []
         bounds = self.bounds(context, decision, [*candidates, reference], floor)
         lcb0 = bounds[reference][0]
         eligible = [a for a in candidates if bounds[a][1] >= lcb0]
-        if floor is not None and context.costs:
+        if floor is not None and costs:
             conservative, alpha = floor
-            costs = context.costs
             bar = (1.0 - alpha) * conservative.estimate(reference, context.embedding)
             price0 = costs.get(reference, -math.inf)
             eligible += [

@@ -13,6 +13,7 @@ import pytest
 from routers.base import (
     Context,
     Decision,
+    KeyedRng,
     Observation,
     ObservationKind,
     Policy,
@@ -24,7 +25,7 @@ from routers.base import (
 from routers.conservative import Conservative
 from routers.logistic_ucb import PromptWise
 from routers.registry import POLICIES, build_policy, restore_policy
-from routers.shadow import Shadow
+from routers.shadow import Shadow, shadow_draw
 from tests.unit.routers.trusted_sim import X
 
 ARMS = ["inc", "w", "d", "e", "f"]
@@ -75,6 +76,29 @@ def test_the_widest_eligible_interval_is_chosen_by_hand() -> None:
 def test_a_model_no_cheaper_must_be_able_to_beat_the_reference() -> None:
     policy, context = _hand_case({**PRICES, "d": 0.05})  # d now dearer than inc: only f is eligible
     assert policy.select(context).shadow == ["f"]
+
+
+@pytest.mark.parametrize(("objective", "shadow"), [("reward", "dear"), ("savings", "cheap")])
+def test_under_savings_a_model_dearer_than_the_incumbent_is_never_shadowed(
+    objective: str, shadow: str
+) -> None:
+    """L = 2, alpha = 0.1: inc n = 400, mean 0.75 -> [0.70, 0.80]; dear n = 4, mean 0.8 -> [0.30, 1.00]
+    (width 0.7, could beat inc); cheap n = 100, mean 0.7 -> [0.60, 0.80] (width 0.2). Both objectives serve
+    inc (no slack banked for an exploratory round); only the reward objective could ever serve dear."""
+    hyper = {
+        "incumbent": "inc",
+        "max_loss": 0.1,
+        "delta": math.exp(-2),
+        "objective": objective,
+        "shadow": 1.0,
+    }
+    policy = build_policy("greedy", ["inc", "dear", "cheap"], seed=0, hyperparameters=hyper)
+    for arm, mean, n in (("inc", 0.75, 400), ("dear", 0.8, 4), ("cheap", 0.7, 100)):
+        _fold(policy, arm, mean, n)
+    prices = {"inc": 0.01, "dear": 0.1, "cheap": 0.001}
+    decision = policy.select(Context(embedding=X, costs=prices, decision_key="0"))
+    assert decision.arms == ["inc"]
+    assert decision.shadow == [shadow]
 
 
 def test_models_served_or_queried_are_never_shadowed() -> None:
@@ -129,6 +153,16 @@ def test_the_sampled_rate_is_s_and_a_function_of_the_seed_and_key() -> None:
     other = build_policy("knn-ucb", ["a", "b"], seed=5, hyperparameters={"shadow": rate})
     _sampled(other, range(n, n + 50))
     assert _sampled(other, range(200)) == first[:200]
+
+
+def test_a_gateway_generator_key_samples_what_the_simulators_round_key_does() -> None:
+    """The gateway passes KeyedRng(seed, request seed t); the simulator decision_key str(t)."""
+    policy = build_policy("knn-ucb", ["a", "b"], seed=5, hyperparameters={"shadow": 0.3})
+    assert isinstance(policy, Shadow)
+    for t in range(50):
+        gateway = Context(embedding=X, rng=KeyedRng(11, t), decision_key=f"decision-{t}")
+        assert policy.draw(gateway)[0] == policy.draw(Context(embedding=X, decision_key=str(t)))[0]
+        assert policy.draw(gateway)[0] == shadow_draw(5, t)
 
 
 def test_the_wrapper_leaves_the_policys_own_draws_alone() -> None:
