@@ -25,7 +25,9 @@ class StatsBucket(BaseModel):
     declined: int = Field(description="decisions that called no model")
     queries: int = Field(description="decisions that asked for other models' rewards (query non-empty)")
     queries_cumulative: int = Field(description="query rounds of this router up to the end of this bucket")
-    feedback: int = Field(description="feedback events (bandit, query, cascade-step; not the cost records)")
+    feedback: int = Field(
+        description="feedback events (bandit, query, cascade-step, shadow; not the cost records)"
+    )
     reward_mean: float | None = Field(description="mean bandit/cascade-step reward")
     cost_total: float
     cost_mean: float | None = Field(description="mean cost of the feedback events that reported one")
@@ -119,6 +121,41 @@ class WarmStartStats(BaseModel):
     models: dict[str, WarmStartModel]
 
 
+class ShadowModel(BaseModel):
+    calls: int = Field(0, description="shadow calls of this model in the window (refused ones not counted)")
+    spend: float = Field(0.0, description="USD those calls cost")
+    graded: int = Field(0, description="of them, graded by kind: shadow feedback")
+    evidence_n: int | None = Field(
+        None,
+        description="rewards of this model folded into the served state, of any kind (served, query, "
+        "shadow, offline); null: the policy keeps no per-model evidence (no incumbent check)",
+    )
+    evidence_mean: float | None = Field(None, description="their mean; null when none")
+    evidence_lcb: float | None = Field(None, description="their Hoeffding lower bound; null when none")
+
+
+class ShadowStats(BaseModel):
+    shadow: float | None = Field(
+        description="the router's `shadow` hyperparameter (share of decisions sampled)"
+    )
+    budget_usd_per_day: float | None = Field(description="`shadow_usd_per_day`; null: unbounded")
+    spent_last_day: float = Field(
+        description="USD of the router's shadow calls over the last 24 h (what the budget counts)"
+    )
+    calls: int = Field(description="shadow calls made in the window (pending, answered or failed)")
+    pending: int
+    answered: int
+    failed: int
+    spend: float = Field(description="USD of the window's shadow calls (also in `cost_total`)")
+    refused: dict[str, int] = Field(
+        description="shadow calls refused in the window, per reason (concurrency, budget)"
+    )
+    served: int = Field(description="decisions in the window that called a model")
+    share: float | None = Field(description="calls / served; null without served decisions")
+    last_event_id: int = Field(description="the newest event folded into the state the evidence reads")
+    models: dict[str, ShadowModel]
+
+
 class RouterStats(BaseModel):
     tenant: str
     router: str
@@ -136,7 +173,9 @@ class RouterStats(BaseModel):
     queries_before: int = Field(description="query rounds before `since`")
     queries_total: int = Field(description="query rounds up to `until`")
     decisions: int
-    feedback: int = Field(description="feedback events (bandit, query, cascade-step; not the cost records)")
+    feedback: int = Field(
+        description="feedback events (bandit, query, cascade-step, shadow; not the cost records)"
+    )
     feedback_by_kind: dict[str, int] = Field(
         description="events per kind: the feedback's, and `cost`, the gateway's records of what each call "
         "it forwarded or probed cost"
@@ -152,6 +191,11 @@ class RouterStats(BaseModel):
         None,
         description="offline (warm-start) observations per model (docs/policies/trusted-routing.md); null "
         "when the router has none",
+    )
+    shadow: ShadowStats | None = Field(
+        None,
+        description="shadow evaluation (docs/guide.md): calls, spend and refusals in the window, and the "
+        "evidence per model; null when the router sets no shadow hyperparameter and made no shadow call",
     )
     buckets: list[StatsBucket]
 

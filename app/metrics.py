@@ -4,6 +4,8 @@ decisions and feedback per tenant and router. ``GET /metrics`` serves them in th
 Hooks for the rest of the app (call them, never the collectors directly):
 
 - ``count_decision(tenant, router)`` and ``count_feedback(tenant, router, kind)`` from the request path;
+- ``count_shadow_refused(tenant, router, reason)`` when a shadow call is refused (``concurrency``: the
+  process runs ``shadow_concurrency`` already; ``budget``: the router's ``shadow_usd_per_day`` is spent);
 - ``time_embedding()`` around the embedder call;
 - ``time_backend(backend)`` around a call to a model backend (for the forwarding code), or
   ``observe_backend(backend, seconds, outcome)`` when the caller measures the time itself. ``outcome``
@@ -68,6 +70,12 @@ FEEDBACK = Counter(
     ["tenant", "router", "kind"],
 )
 
+SHADOW_REFUSED = Counter(
+    "banditgate_shadow_refused_total",
+    "Shadow calls refused, by tenant, router and reason (concurrency, budget).",
+    ["tenant", "router", "reason"],
+)
+
 UNMATCHED_ROUTE = "<unmatched>"
 
 
@@ -89,6 +97,10 @@ def count_decision(tenant: str, router: str) -> None:
 
 def count_feedback(tenant: str, router: str, kind: str) -> None:
     FEEDBACK.labels(tenant, router, kind).inc()
+
+
+def count_shadow_refused(tenant: str, router: str, reason: str) -> None:
+    SHADOW_REFUSED.labels(tenant, router, reason).inc()
 
 
 @contextmanager

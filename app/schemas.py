@@ -352,8 +352,9 @@ class RouteResponse(BaseModel):
 
 
 # ``cost``: the gateway's own record of what a forwarded call cost (folded as a bandit observation
-# without reward), kept apart from the client's ``bandit`` reward for the same model.
-FeedbackKind = Literal["bandit", "query", "cascade-step", "cost"]
+# without reward), kept apart from the client's ``bandit`` reward for the same model. ``shadow``: the
+# grade of a shadow call's answer (listed by GET /feedback/pending), evidence never served.
+FeedbackKind = Literal["bandit", "query", "cascade-step", "cost", "shadow"]
 
 
 class FeedbackRequest(Strict):
@@ -513,12 +514,17 @@ class CascadeNextResponse(BaseModel):
 
 
 class PendingProbe(BaseModel):
-    """A probe answer waiting for an evaluator's ``kind: query`` reward. The prompt is not stored: match
-    it by ``prompt_hash`` (the decision's hash of the prompt text)."""
+    """An answer the gateway got off the client's path, waiting for an evaluator's reward of its
+    ``kind``. The prompt is not stored: match it by ``prompt_hash`` (the decision's hash of the prompt
+    text)."""
 
     probe_id: int
     decision_id: str
     model: str
+    kind: Literal["query", "shadow"] = Field(
+        description="query: an active-learning probe (grade with kind 'query'); shadow: a shadow call "
+        "(grade with kind 'shadow')"
+    )
     prompt_hash: str
     answer: str | None
     cost: float | None

@@ -259,6 +259,12 @@ class Settings(BaseSettings):
     probe_concurrency: int = Field(
         4, gt=0, description="active-learning probe calls (balrog's decision.query) one process runs at once"
     )
+    shadow_concurrency: int = Field(
+        4,
+        gt=0,
+        description="shadow-evaluation calls (a policy's decision.shadow) one process runs at once; "
+        "a shadow call over this is refused, not queued",
+    )
     probe_shutdown_grace_s: float = Field(
         10.0, ge=0, description="on shutdown, how long running probes may finish before they are cancelled"
     )

@@ -6,7 +6,8 @@ signal is a judge's verdict: an LLM grading the answer, which costs a call and i
 judge's grade in every round whose plan stops on success: an ``adaptive`` or fixed ``cascade`` and a
 ``set`` with the ``awc`` reward model (C2MAB-V's AWC). The policy is shown the grade as the call's reward
 and the cascade stops on it; the user gets the true reward of the answer delivered. Single-choice rounds,
-``suc`` / ``aic`` sets and ``query`` calls read no success signal and are not judged.
+``suc`` / ``aic`` sets, ``query`` calls and ``shadow`` calls (answers the user never gets) read no
+success signal and are not judged: the policy is shown their logged reward.
 
 SPEC, in the syntax of a policy spec (``bench.policy_spec``), ``kind[:key=value,...]``:
 

@@ -16,6 +16,8 @@ For S seeds of T rounds, with L the harness's lambda (reward units per USD):
 - ``judge`` (policies, with ``--judge``): judged calls per round, the shares of judged calls the judge
   passed although they failed (``false_pass_share``) and failed although they succeeded
   (``false_fail_share``), and the judge's USD per round (part of ``mean_cost``);
+- ``shadow_calls`` (policies): shadow evaluation calls per seed (their cost is part of ``mean_cost``, their
+  reward of no round's), ``shadow_share``: shadow calls / served requests (rounds not declined);
 - ``incumbent`` (policies): the floor ratio against the incumbent, the share of rounds off it and the cost
   saved against calling it always, per seed and summarised (``bench.incumbent_check``).
 """
@@ -107,6 +109,8 @@ def summarise_policy(
     row = {"spec": spec, **summarise(traces, oracles, cost_weight)}
     row["queries"] = float(np.mean([t.query_rounds for t in traces]))
     row["query_calls"] = float(np.mean([t.query_calls for t in traces]))
+    row["shadow_calls"] = float(np.mean([t.shadow_calls for t in traces]))
+    row["shadow_share"] = float(np.mean([shadow_share(t) for t in traces])) if traces else 0.0
     row["select_ms_p50"] = float(np.median(select_ns) / 1e6) if select_ns.size else 0.0
     row["converged_round"] = converged_round(traces) if traces else 0
     judged = judge_figures(traces)
@@ -119,6 +123,12 @@ def summarise_policy(
         if targets:
             row["incumbent"]["cost_target"] = float(targets[-1])
     return row
+
+
+def shadow_share(trace: Trace) -> float:
+    """Shadow calls per served request (rounds not declined); 0 when none was served."""
+    served = int(np.sum(~trace.declined))
+    return trace.shadow_calls / served if served else 0.0
 
 
 def judge_figures(traces: Sequence[Trace]) -> dict[str, float] | None:

@@ -23,6 +23,8 @@ BUDGET_COLUMNS = ("violation", "reward/viol")
 # bench.incumbent_check: worst seed's min over t >= 100 of cumulative reward / the incumbent's, the share of
 # rounds off the incumbent, the cost saved against calling it always
 INCUMBENT_COLUMNS = ("floor ratio", "off inc", "cost saved")
+# shadow calls / served requests (``bench.metrics.shadow_share``), shown when some policy made shadow calls
+SHADOW_COLUMNS = ("shadow",)
 
 
 def _incumbent_cells(row: Mapping[str, Any]) -> list[str]:
@@ -49,7 +51,9 @@ def _has_budget(report: Mapping[str, Any]) -> bool:
     return any("violation" in row for row in rows)
 
 
-def _cells(label: str, row: Mapping[str, Any], budget: bool = False, incumbent: bool = False) -> list[str]:
+def _cells(
+    label: str, row: Mapping[str, Any], budget: bool = False, incumbent: bool = False, shadow: bool = False
+) -> list[str]:
     def opt(key: str, fmt: str) -> str:
         return fmt.format(row[key]) if key in row else "-"
 
@@ -65,22 +69,25 @@ def _cells(label: str, row: Mapping[str, Any], budget: bool = False, incumbent: 
         opt("queries", "{:.1f}"),
         opt("select_ms_p50", "{:.3f}"),
     ] + (_budget_cells(row) if budget else [])
-    return cells + (_incumbent_cells(row) if incumbent else [])
+    cells += _incumbent_cells(row) if incumbent else []
+    return cells + ([opt("shadow_share", "{:.3f}")] if shadow else [])
 
 
 def format_table(report: Mapping[str, Any]) -> str:
     """A line saying how prompts were drawn (``draws``, ``repeat_share``), then a fixed-width table of
     ``report["reference"]`` then ``report["policies"]`` (plus violation and reward per violation in USD
-    when some row was judged against a budget, and the comparison with the incumbent when some policy row
-    has one)."""
+    when some row was judged against a budget, the comparison with the incumbent when some policy row
+    has one, and the shadow share when some policy made shadow calls)."""
     budget = _has_budget(report)
     incumbent = any("incumbent" in row for row in report["policies"])
+    shadow = any(row.get("shadow_calls", 0) > 0 for row in report["policies"])
     header = list(COLUMNS) + (list(BUDGET_COLUMNS) if budget else [])
-    lines = [header + (list(INCUMBENT_COLUMNS) if incumbent else [])]
+    header += list(INCUMBENT_COLUMNS) if incumbent else []
+    lines = [header + (list(SHADOW_COLUMNS) if shadow else [])]
     for key, row in report["reference"].items():
-        lines.append(_cells(f"{key} ({row['name']})", row, budget, incumbent))
+        lines.append(_cells(f"{key} ({row['name']})", row, budget, incumbent, shadow))
     for row in report["policies"]:
-        lines.append(_cells(row["spec"], row, budget, incumbent))
+        lines.append(_cells(row["spec"], row, budget, incumbent, shadow))
     widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
     rendered = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)) for line in lines]
     rendered.insert(1, "  ".join("-" * w for w in widths))

@@ -13,6 +13,9 @@ then execute the Decision by its ``mode`` and send one ``Observation`` per call 
   rewards; ``aic`` calls all and multiplies them (kind ``bandit``).
 - ``query``: the listed models not yet called this round are called too and reported with kind ``query``;
   their cost is paid, their reward is not the user's.
+- ``shadow``: then the listed models not yet called this round are called too (shadow evaluation) and
+  reported with kind ``shadow``: the same logged outcome a served call of that model would draw, its cost
+  paid (in the round's cost), its reward never the user's. The trace counts them (``shadow_calls``).
 - an empty ``arms`` (the policy declines): reward = the low end of the reward range, cost 0, no call.
 
 A call succeeds when its sampled reward reaches the success threshold: the Decision's
@@ -52,6 +55,7 @@ from bench.trace import Trace
 from routers.base import Context, Decision, Observation, Policy
 
 REWARD_MODELS = ("awc", "suc", "aic")
+UNJUDGED = ("query", "shadow")  # calls whose answer the user never gets: no success signal to judge
 
 
 class SimulationError(RuntimeError):
@@ -79,6 +83,7 @@ class _Round:
         self.threshold = env.success_threshold
         self.spent = 0.0
         self.query_calls = 0
+        self.shadow_calls = 0
         self.judge = judge
         self.judged = False  # set by ``_play`` for the rounds a judge grades
         self.judge_calls = self.false_passes = self.false_fails = 0
@@ -100,7 +105,7 @@ class _Round:
         reward = float(self.draws.rewards[self.t, k])
         cost = float(self.draws.costs[self.t, k])
         shown = reward
-        if self.judged and self.judge is not None and kind != "query":
+        if self.judged and self.judge is not None and kind not in UNJUDGED:
             prompt = int(self.draws.prompts[self.t])
             shown = self.judge.grade(self.draws.seed, prompt, k, reward, self.threshold)
             judge_cost = float(self.judge.cost[prompt, k])
@@ -115,6 +120,7 @@ class _Round:
         self.graded[arm] = shown
         self.spent += cost
         self.query_calls += kind == "query"
+        self.shadow_calls += kind == "shadow"
         self.policy.update(
             Observation(
                 embedding=self.embedding,
@@ -185,7 +191,8 @@ def _play(
     game.judged = game.judge is not None and (
         mode == "cascade" or (mode == "set" and decision.info.get("reward_model", "awc") == "awc")
     )
-    queries_follow = any(q not in decision.arms for q in decision.query)
+    extra = [(a, "query") for a in decision.query] + [(a, "shadow") for a in decision.shadow]
+    queries_follow = any(a not in decision.arms for a, _ in extra)
     if mode in ("single", "mixture"):
         arm = decision.arms[0]
         reward = game.call(arm, "bandit", 0, last=not queries_follow, stop_on_success=False)
@@ -234,9 +241,12 @@ def _play(
                 result = RoundResult(float(np.prod(rewards)), decision.arms[0], all(hits))
     else:
         raise SimulationError(f"policy {policy.name!r} returned unknown mode {mode!r}")
-    pending = [q for q in decision.query if q not in game.called]
-    for i, arm in enumerate(pending):
-        game.call(arm, "query", i, last=i == len(pending) - 1, stop_on_success=False)
+    pending: list[tuple[str, Any]] = []
+    for arm, kind in extra:  # each model once per round: a query before a shadow call of it
+        if arm not in game.called and all(arm != a for a, _ in pending):
+            pending.append((arm, kind))
+    for i, (arm, kind) in enumerate(pending):
+        game.call(arm, kind, i, last=i == len(pending) - 1, stop_on_success=False)
     return result
 
 
@@ -280,7 +290,7 @@ def run_policy(
     over_target = np.zeros(horizon, dtype=bool)
     cost_target: float | None = None
     select_ns: list[int] = []
-    query_rounds = query_calls = 0
+    query_rounds = query_calls = shadow_calls = 0
     judged = np.zeros((horizon, 3), dtype=np.int64) if judge is not None else None  # calls, false +, false -
     judge_cost = np.zeros(horizon) if judge is not None else None
     budget: float | None = env.run_budget
@@ -340,6 +350,7 @@ def run_policy(
         if game.query_calls:
             query_rounds += 1
             query_calls += game.query_calls
+        shadow_calls += game.shadow_calls
         if progress is not None and (t + 1) % progress_every == 0:
             progress(progress_every)
     if progress is not None and horizon % progress_every:
@@ -354,6 +365,7 @@ def run_policy(
         declined=declined,
         query_rounds=query_rounds,
         query_calls=query_calls,
+        shadow_calls=shadow_calls,
         select_ns=np.asarray(select_ns, dtype=np.int64),
         budget=budget,
         declared_budget=declared_budget,

@@ -12,11 +12,12 @@ from bench.replay_env import ReplayEnv, SeedDraws, ties
 @dataclass
 class Trace:
     """Per round t: the reward the user got, the USD spent on every call, whether the delivered model has
-        the oracle's true mean utility, how many calls were made, whether the round succeeded, whether the
-        policy declined. Plus query counts, ``select`` wall times (ns), the per-round budget in USD the trace is
-    judged against (the last one the policy declared, else the run's), whether the policy declared it, and the
-    success threshold of its last round. With a judge: per round the judged calls, false passes and false
-    fails ``judged`` (T, 3), and the USD paid to the judge ``judge_cost`` (already part of ``cost``)."""
+    the oracle's true mean utility, how many calls were made, whether the round succeeded, whether the
+    policy declined. Plus query and shadow-call counts, ``select`` wall times (ns), the per-round budget in
+    USD the trace is judged against (the last one the policy declared, else the run's), whether the policy
+    declared it, and the success threshold of its last round. With a judge: per round the judged calls,
+    false passes and false fails ``judged`` (T, 3), and the USD paid to the judge ``judge_cost`` (already
+    part of ``cost``)."""
 
     reward: np.ndarray
     cost: np.ndarray
@@ -26,6 +27,7 @@ class Trace:
     declined: np.ndarray
     query_rounds: int = 0
     query_calls: int = 0
+    shadow_calls: int = 0  # shadow evaluation calls (their cost is in ``cost``, their reward in no round's)
     select_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     budget: float | None = None
     declared_budget: bool = False

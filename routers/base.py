@@ -122,9 +122,9 @@ class Observation:
     imported as a warm start: no decision of this policy made it, so it is learned like a query, is never
     a round the policy played nor money it spent, and its ``decision_key`` is the log row's id, which
     belongs to no open decision), ``shadow`` (the graded answer of a shadow call, ``Decision.shadow``:
-evidence about that model, learned like a query, never a round the client was served, so never in a
-policy's realised reward). ``reward`` or ``cost`` may be
-    None when the feedback carries only the other. ``output_embedding`` is the answer's embedding, the
+    evidence about that model, learned like a query, never a round the client was served, so never in a
+    policy's realised reward; its cost is money spent, as a query's). ``reward`` or ``cost`` may be None
+    when the feedback carries only the other. ``output_embedding`` is the answer's embedding, the
     feedback of diversity-aware mixture policies. ``decision_key``: the key of the decision this feedback
     is about (``Context.decision_key`` of its selects), None when the caller keys nothing.
     """

@@ -196,6 +196,20 @@ class Conservative(PolicyWrapper):
         mean, count = found
         return hoeffding_bounds(count, mean * count, self.log_term, self.reward_min, self.reward_max)
 
+    def evidence_bounds(self, context: Context, arms: Sequence[str] | None = None) -> dict[str, Bounds]:
+        """Read-only: {a: (LCB_a(x), UCB_a(x))} (``context_bounds``) for ``arms``, by default the candidates
+        of ``context``; each arm's neighbourhood of x searched once (the shadow wrapper's evidence)."""
+        chosen = candidate_arms(self.inner.arms, context) if arms is None else list(arms)
+        x = context.embedding
+        owns_memo = self._memo is None and x is not None
+        if owns_memo:
+            self._memo = (x, {})
+        try:
+            return {a: self.context_bounds(a, x) for a in chosen}
+        finally:
+            if owns_memo:
+                self._memo = None
+
     def _reader(self) -> Any:
         """The first wrapped policy's ``neighbourhood(arm, embedding, k)`` (kNN-UCB, BALROG), else None."""
         return next((p.neighbourhood for p in layers(self.inner) if hasattr(p, "neighbourhood")), None)

@@ -314,8 +314,9 @@ class PromptWise(PolicyBase):
         """Fold one call's outcome r in [0, 1] (``bandit`` or ``cascade-step``; a ``query`` too) into the
         arm's model at this prompt, and into its decision's record (see the module doc). Under
         ``per_step_update`` it waits for the step to end. An ``offline`` outcome (a warm-start log row)
-        belongs to no decision: it goes into the arm's model at once. With a judge's rates below 1 the
-        label folded is the posterior success probability of the verdict (``judged_success``)."""
+        belongs to no decision: it goes into the arm's model at once, as does a ``shadow`` answer (no step of
+        its decision: the client never saw it). With a judge's rates below 1 the label folded (a logged
+        outcome's excepted) is the posterior success probability of the verdict (``judged_success``)."""
         if observation.reward is None or observation.arm not in self._arms:
             return
         arm, key = observation.arm, observation.decision_key
@@ -327,6 +328,9 @@ class PromptWise(PolicyBase):
         if self.judge_tpr < 1.0 or self.judge_tnr < 1.0:
             prior = float(expit(self._models[arm].logit(x)[0]))
             r = judged_success(prior, verdict, self.judge_tpr, self.judge_tnr)
+        if observation.kind == "shadow":  # evidence, no step of the cascade: folded at once
+            self._models[arm].observe(x, r)
+            return
         step = self._steps.pop(key, None)  # re-inserted last: the most recently updated
         if step is None and key is None:  # unkeyed feedback outside a step opened by a select
             self._models[arm].observe(x, r)

@@ -18,10 +18,11 @@ target - c_t (Balseiro et al., eq. (4): the subgradient g_t = rho - b_t(x_t)), s
 raises lambda and spend below lowers it, floored at lambda_min (the ``cost_weight``, 0 by default).
 
 A request is a decision: the first cost observation carrying a ``decision_key`` not seen before opens
-it; later costs with the same key (a BALROG probe's, a cascade's later steps, whatever their kind) are
-more spend of that request. The keys of the last ``REQUEST_MEMORY`` requests are remembered (and kept in
+it; later costs with the same key (a BALROG probe's, a shadow call's, a cascade's later steps, whatever
+their kind) are more spend of that request. The keys of the last ``REQUEST_MEMORY`` requests are remembered (and kept in
 the state, so replicas and snapshots agree). An observation without a key (a caller that keys nothing)
-opens a request iff its kind is ``bandit`` (``query`` and ``cascade-step`` add to the current one).
+opens a request iff its kind is ``bandit`` (``query``, ``shadow`` and ``cascade-step`` add to the current
+one).
 
 Why this eta. lambda is in reward units per USD, so lambda x target is in reward units; with
 eta = pacing_rate / target^2 one step moves lambda x target by pacing_rate x (c / target - 1): a number

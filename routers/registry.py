@@ -10,7 +10,7 @@ policy is one module plus one line here. Presets are factories too (``functools.
 with some hyperparameters fixed; their schema shows the fixed values as defaults).
 Single-choice policies are registered through ``routers.trusted.trusted``, so their hyperparameters may
 also set ``cost_weight`` / ``cost_target`` (cost-aware choice, budget pacing) and ``incumbent`` /
-``max_loss`` (safe exploration against an incumbent model); the set policies through
+``max_loss`` (safe exploration against an incumbent model) and ``shadow`` (shadow evaluation); the set policies through
 ``routers.set_target.targeted`` (``cost_target`` sets their budget) and the cascades that weigh cost
 through ``routers.paced_cascade.paced`` (``cost_target`` paces their lambda); see
 docs/policies/trusted-routing.md.

@@ -8,7 +8,11 @@ them), so two replicas at the same event watermark report the same numbers:
 - safety (``Conservative``): for incumbent a_0, ``margin`` = margin(a) for any a != a_0 (>= 0 iff the next
   decision may leave the incumbent; -inf, reported as None, while a_0 has no reward folded) and
   ``floor_margin`` = margin(a_0), the slack of the floor over the rounds so far (routers/conservative.py),
-  with the folded rounds on and off a_0.
+  with the folded rounds on and off a_0;
+- evidence (``Conservative``, the shadow evaluation's view): per model, n = the rewards folded of any kind
+  (served, query, shadow, offline), their mean, and LCB = max(r_min, mean - (r_max - r_min) *
+  sqrt(log_term / (2 n))), the Hoeffding lower bound of ``routers.priors.hoeffding_bounds`` on these
+  observations alone (no prior pseudo-observations).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any
 
 from routers.conservative import Conservative
 from routers.pacing import DualPacer
+from routers.priors import hoeffding_bounds
 from routers.wrapper import layers
 
 
@@ -40,6 +45,13 @@ class SafetyReport:
     floor_margin: float | None
     incumbent_rounds: int | None
     other_rounds: int | None
+
+
+@dataclass(frozen=True)
+class EvidenceReport:
+    n: int
+    mean: float | None
+    lcb: float | None
 
 
 def finite(value: float) -> float | None:
@@ -76,4 +88,21 @@ def safety_report(policy: Any, incumbent: str | None) -> SafetyReport | None:
             on, off = layer.rounds(name)
             explore, floor = finite(layer.explore_margin(name)), finite(layer.floor_margin(name))
             return SafetyReport(name, layer.alpha, explore, floor, on, off)
+    return None
+
+
+def evidence_report(policy: Any) -> dict[str, EvidenceReport] | None:
+    """Per model of the ``Conservative`` layer's arms and observed models: the evidence of the module
+    docstring (n = 0: mean and LCB None); None without that layer."""
+    for layer in layers(policy):
+        if isinstance(layer, Conservative):
+            out: dict[str, EvidenceReport] = {}
+            for arm in dict.fromkeys([*layer.arms, *sorted(layer.seen)]):
+                count, total = layer.seen.get(arm, (0.0, 0.0))
+                if count <= 0:
+                    out[arm] = EvidenceReport(0, None, None)
+                    continue
+                lcb, _ = hoeffding_bounds(count, total, layer.log_term, layer.reward_min, layer.reward_max)
+                out[arm] = EvidenceReport(int(count), total / count, lcb)
+            return out
     return None

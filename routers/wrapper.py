@@ -19,8 +19,8 @@ from routers.base import Context, CounterUse, Observation, Policy, PolicyConfigE
 
 
 class PolicyWrapper:
-    """Base of ``CostAware``, ``Conservative``, ``PacedCascade`` and ``RetryCascade``; subclasses set ``key`` and ``settings`` and implement
-    ``select``, ``_fold``, ``_state`` and ``_load``."""
+    """Base of ``CostAware``, ``Conservative``, ``Shadow``, ``PacedCascade`` and ``RetryCascade``; subclasses
+    set ``key`` and ``settings`` and implement ``select``, ``_fold``, ``_state`` and ``_load``."""
 
     key: ClassVar[str] = "wrapper"
     cost_aware: ClassVar[bool] = False

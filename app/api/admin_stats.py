@@ -14,6 +14,7 @@ from app.admin_views import ModelBucket, RouterStats, StatsBucket
 from app.api.deps import AdminOnly, Ctx, Session
 from app.catalog_admin import get_router, get_tenant
 from app.input_types import Text
+from app.shadow_stats import shadow_stats
 from app.store.models import Router
 from app.store.stats import BucketStats, ModelStats, history_before, router_buckets
 from app.timewindow import bucket_starts, parse_bucket, parse_window
@@ -89,7 +90,8 @@ async def router_stats(
     whether a cost target cannot be met under the floor, with the spend the floor holds (the floor wins
     over the cost target: the incumbent check guards the cost-aware choice). ``warm_start``:
     per model, the offline (logged) observations stored, folded into the served state, and their mean
-    reward."""
+    reward. ``shadow``: shadow calls, their spend, refusals per reason and share of served decisions,
+    with each model's evidence (n, mean, LCB) in the folded state."""
     owner = await get_tenant(session, tenant)
     row = await get_router(session, owner, name)
     window = parse_window(since, until)
@@ -149,5 +151,6 @@ async def router_stats(
         regret_mean=mean(regret_sum, regret_rounds),
         trusted=await trusted_stats(ctx, session, row, window),
         warm_start=await warm_start_stats(ctx, session, row),
+        shadow=await shadow_stats(ctx, session, row, window),
         buckets=buckets,
     )

@@ -1,5 +1,6 @@
 """POST /feedback and /feedback/batch: rewards, costs and output embeddings for decisions;
-GET /feedback/pending: the active-learning probes waiting for a reward (app/routing/probes.py)."""
+GET /feedback/pending: the active-learning probes and shadow calls waiting for a reward
+(app/routing/probes.py)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ router = APIRouter(prefix="/feedback", tags=["feedback"])
 
 
 async def accept(ctx: AppContext, tenant: Tenant, bodies: list[FeedbackRequest]) -> list[FeedbackAccepted]:
-    """Record the events (app/routing/feedback.py), then mark the probes their query rewards answer."""
+    """Record the events (app/routing/feedback.py), then mark the probes their query and shadow rewards
+    answer."""
     reports = [FeedbackReport(**body.model_dump()) for body in bodies]
     accepted = await record_feedback(ctx, tenant, reports)
     await probes.mark_answered(ctx, accepted)
@@ -64,9 +66,11 @@ async def pending_probes(
     limit: int = Query(100, ge=1, le=1000),
     cursor: DbInt | None = Query(None, description="next_cursor of the previous page"),
 ) -> PendingProbes:
-    """The tenant's probe answers (other models the policy asked about, called by the gateway) still
-    waiting for a reward, oldest first. Post ``kind: query`` feedback for (decision_id, model) to answer
-    one: it is then no longer listed, and the policy learns the reward as a query observation."""
+    """The tenant's answers of other models the gateway called off the client's path (active-learning
+    probes, ``kind: query``; shadow calls, ``kind: shadow``) still waiting for a reward, oldest first.
+    Post feedback of the item's ``kind`` for (decision_id, model) to answer one: it is then no longer
+    listed, and the policy learns the reward as an observation of that kind (a shadow grade is evidence
+    about the model, never a served reward)."""
     rows, next_cursor = await probes.pending(ctx, tenant, limit, cursor)
     return PendingProbes(
         probes=[
@@ -74,6 +78,7 @@ async def pending_probes(
                 probe_id=p.id,
                 decision_id=p.decision_id,
                 model=p.model,
+                kind=p.kind,
                 prompt_hash=prompt_hash,
                 answer=p.answer,
                 cost=p.cost,

@@ -1,3 +1,3 @@
 """The request path, one module one job (docs/architecture.md): decide -> forward (fallback, costs,
-ensemble, judged cascade, stream) -> feedback; probes and client-driven cascades beside it. Domain
-errors (errors.py) only; app/api/ speaks HTTP."""
+ensemble, judged cascade, stream) -> feedback; probes (query and shadow calls) and client-driven
+cascades beside it. Domain errors (errors.py) only; app/api/ speaks HTTP."""

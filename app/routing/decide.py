@@ -238,6 +238,7 @@ def ask(turn: Turn, policy: Policy, prompt: Prompt, counts: tuple[int, int] | No
         query=list(decision.query),
         info=info,
     )
+    turn.shadow = list(decision.shadow)
     return route, MadeDecision(values, router.name, queried=bool(decision.query))
 
 

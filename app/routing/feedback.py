@@ -13,6 +13,7 @@ from sqlalchemy import select
 from app import metrics
 from app.context import AppContext
 from app.events import FeedbackMessage
+from app.routing import shadow
 from app.routing.decide import DIRECT_LABEL
 from app.routing.errors import Invalid, NotFound, TooLarge
 from app.schemas import FeedbackAccepted
@@ -68,7 +69,7 @@ async def resolve_feedback(
     """Each item with its decision, router and the model it is about; raises on the first bad one.
     The decisions come from the ledger (committed: every decision is durable before its answer; from
     its memory of recent ones unless not ``remembered``), their routers from the catalog (as
-    ``/route`` reads them)."""
+    ``/route`` reads them). ``kind: shadow`` items must grade a shadow answer (``shadow.check_graded``)."""
     found = await ctx.ledger.decisions(tenant.id, [item.decision_id for item in items], remembered)
     decisions: dict[str, DecisionRow] = {row.id: row for row in found}
     routers: dict[int, Router] = {}
@@ -108,6 +109,8 @@ async def resolve_feedback(
                 f"[{router.reward_lo}, {router.reward_hi}]",
             )
         resolved.append((item, decision, router, model))
+    graded = [(decision.id, model) for item, decision, _, model in resolved if item.kind == shadow.SHADOW]
+    await shadow.check_graded(ctx, tenant.id, graded)
     return resolved
 
 

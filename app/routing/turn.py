@@ -49,7 +49,8 @@ class Turn:
     the JSON to forward when there is one), through which ``router`` (None: a direct call of a named
     backend), and what came of it so far: the decision (``route``, the answer's view of it, and
     ``made``, its row; ``written`` once committed) and the attempts of the call that answers it.
-    ``session`` is the request's database session."""
+    ``shadow``: the models the policy asked the gateway to call as well, off the client's path
+    (``Decision.shadow``; never shown to the client). ``session`` is the request's database session."""
 
     ctx: AppContext
     session: AsyncSession
@@ -61,6 +62,7 @@ class Turn:
     made: MadeDecision | None = None
     written: bool = False
     attempts: list[AttemptRecord] = field(default_factory=list)
+    shadow: list[str] = field(default_factory=list)
 
     @property
     def decided(self) -> RouteResponse:

@@ -4,7 +4,7 @@
 // window.__statsQuery, so a test (or a curious person) can compare them with the API; the cost-target and
 // incumbent panel's figures are on window.__trusted (stats.trusted; its conflict block, when the floor
 // holds the spend over the cost target, is also said in words), the warm-start panel's on
-// window.__warmStart (stats.warm_start). Every summary figure keeps its stats field in data-field and its
+// window.__warmStart (stats.warm_start), the shadow-evaluation panel's on window.__shadow (stats.shadow). Every summary figure keeps its stats field in data-field and its
 // raw value in data-value.
 "use strict";
 
@@ -231,6 +231,23 @@ function drawWarmStart(warm) {
     `${warm.stored} offline observations logged, ${warm.folded} learned, ${warm.pending} pending (folded up to event ${warm.last_event_id})${reset}`;
 }
 
+// --- shadow evaluation (stats.shadow) -----------------------------------------------------------------
+
+function drawShadow(shadow) {
+  window.__shadow = shadow;
+  $("shadow").hidden = !shadow;
+  if (!shadow) return;
+  const rows = Object.entries(shadow.models).map(([model, m]) => `<tr data-model="${esc(model)}"><td>${esc(model)}</td>
+    <td>${esc(m.calls)}</td><td>${esc(m.graded)}</td><td>${esc(fmt(m.spend, 4))}</td>
+    <td>${esc(m.evidence_n === null ? "–" : m.evidence_n)}</td><td>${esc(fmt(m.evidence_mean))}</td><td>${esc(fmt(m.evidence_lcb))}</td></tr>`);
+  $("shadow-models").querySelector("tbody").innerHTML = rows.join("");
+  const refused = Object.entries(shadow.refused).map(([reason, n]) => `${n} (${reason})`).join(", ") || "none";
+  const budget = shadow.budget_usd_per_day === null ? "no daily budget"
+    : `${fmt(shadow.spent_last_day, 4)} of ${fmt(shadow.budget_usd_per_day, 4)} USD spent over the last 24 h`;
+  $("shadow-note").textContent =
+    `${shadow.calls} shadow calls (${percent(shadow.share)} of ${shadow.served} served decisions), ${fmt(shadow.spend, 4)} USD in this range; refused: ${refused}; ${budget}`;
+}
+
 // --- decisions --------------------------------------------------------------------------------------
 
 async function loadDecisions(tenant, router) {
@@ -359,6 +376,7 @@ async function refresh(event) {
     drawStats(stats);
     drawTrusted(stats.trusted);
     drawWarmStart(stats.warm_start);
+    drawShadow(stats.shadow);
     await Promise.all([loadDecisions(tenant, router), loadConfig(tenant, router)]);
     if (!current()) return;
     setState("ready", `${tenant} / ${router}: ${stats.buckets.length} buckets of ${stats.bucket_s} s up to ${until.toLocaleString()}`);

@@ -197,20 +197,24 @@ class Attempt(Base):
 
 
 class Probe(Base):
-    """An active-learning probe: another model's answer to a forwarded decision's prompt, called by the
-    gateway because the policy asked for that model's reward (``decision.query``). ``status``: pending
-    (answered by the backend, waiting for an evaluator's ``kind: query`` reward) | answered | failed."""
+    """An extra call of a forwarded decision: another model's answer to its prompt, called by the gateway
+    off the client's path. ``kind``: ``query`` (the policy asked for that model's reward,
+    ``decision.query``) or ``shadow`` (shadow evaluation, ``decision.shadow``); graded by feedback of the
+    same kind. ``status``: pending (answered by the backend, waiting for that feedback) | answered |
+    failed | refused (a shadow call its bounds did not allow; ``error`` names the reason)."""
 
     __tablename__ = "probes"
     __table_args__ = (
         UniqueConstraint("decision_id", "model", name="uq_probes_decision_model"),
         Index("ix_probes_tenant_status", "tenant_id", "status", "id"),
+        Index("ix_probes_router_kind", "router_id", "kind", "created_at"),
     )
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     decision_id: Mapped[str] = mapped_column(ForeignKey("decisions.id", ondelete="CASCADE"))
     tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
     router_id: Mapped[int] = mapped_column(ForeignKey("routers.id", ondelete="CASCADE"))
     model: Mapped[str] = mapped_column(String(MAX_NAME))
+    kind: Mapped[str] = mapped_column(String(16), default="query", server_default="query")
     answer: Mapped[str | None] = mapped_column(Text, nullable=True)
     cost: Mapped[float | None] = mapped_column(Float, nullable=True)
     status: Mapped[str] = mapped_column(String(16))

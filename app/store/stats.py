@@ -7,11 +7,12 @@ the same requests. Buckets are aligned to the Unix epoch: bucket = floor(epoch s
 - traffic share of a model: decisions whose first model (``models[0]``, the one called first) is that
   model / decisions in the bucket; a decision that called no model counts as ``declined``.
 - reward: mean of the rewards reported with kind ``bandit`` or ``cascade-step`` (answers the caller
-  got); ``query`` feedback (active-learning rewards of models not served) is left out of it.
-- cost: sum and mean of the costs of every feedback event, query calls included (they were paid for).
-- feedback: the events that report how an answer went (``bandit``, ``query``, ``cascade-step``); the
-  gateway's own ``cost`` records of the calls it forwarded or probed are not feedback, and are counted
-  apart in ``kinds`` with the others.
+  got); ``query`` and ``shadow`` feedback (rewards of models not served) are left out of it.
+- cost: sum and mean of the costs of every feedback event, query and shadow calls included (they were
+  paid for).
+- feedback: the events that report how an answer went (``bandit``, ``query``, ``cascade-step``,
+  ``shadow``); the gateway's own ``cost`` records of the calls it forwarded or probed are not feedback,
+  and are counted apart in ``kinds`` with the others.
 - queries: decisions whose ``query`` list is non-empty.
 - regret on query rounds: when a decision asked for the other models' rewards, regret = the best reward
   observed for that decision (any kind) - the reward of its first model; averaged over the query rounds

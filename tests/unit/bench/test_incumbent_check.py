@@ -99,6 +99,29 @@ def test_the_report_checks_the_floor_on_the_simulators_trace(
     assert f"{ratio:.4f}" in format_table(result.report)
 
 
+def test_the_floor_ratio_counts_served_rewards_only_and_spend_counts_shadow_calls(
+    monkeypatch, tmp_path: Path
+) -> None:
+    """As the alternating case against pricey (ratio 0.7), with every weak round also shadowing pricey
+    (reward 1, $0.1): the ratio is unchanged, the spend is (0.01 + 0.002 + 0.1) / 2 per round, and the
+    shadow share (shadow calls / served requests) is 1/2."""
+
+    def script(policy: ScriptedPolicy, context: Context) -> Decision:
+        even = int(str(context.decision_key)) % 2 == 0
+        return Decision(arms=["mid" if even else "weak"], shadow=[] if even else ["pricey"])
+
+    dataset = load_dataset(write_dataset(tmp_path / "d", MODELS, ROWS, (0.0, 1.0), "one prompt"))
+    register(monkeypatch, "scripted", script)
+    result = replay_with_repeats(dataset, [parse_spec("scripted")], horizon=300, seeds=2)
+    row = result.report["policies"][0]
+    assert row["incumbent"]["min_floor_ratio"] == pytest.approx(0.7)
+    assert row["incumbent"]["spend_share"] == pytest.approx(0.056 / 0.1)
+    assert row["shadow_calls"] == 150 and row["shadow_share"] == pytest.approx(0.5)
+    validate_report(result.report)
+    table = format_table(result.report).splitlines()
+    assert table[1].split()[-1] == "shadow" and table[-1].split()[-1] == "0.500"
+
+
 def test_the_report_counts_the_rounds_the_floor_held_over_a_cost_target(monkeypatch, tmp_path: Path) -> None:
     """A policy whose even rounds say ``floor_over_target`` (mid, $0.01) under a $0.004 target and whose odd
     rounds do not (weak, $0.002): half the rounds are over target, the spend held is 0.006 = 150% of it,

@@ -156,6 +156,30 @@ def test_query_calls_are_paid_reported_and_counted_but_not_rewarded(monkeypatch,
     assert row["calls_per_round"] == pytest.approx((3 + 4) / 5)
 
 
+def test_shadow_calls_are_paid_reported_and_counted_but_never_served(monkeypatch, dataset) -> None:
+    def script(policy: ScriptedPolicy, context: Context) -> Decision:
+        t = len(policy.contexts) - 1
+        if t == 0:  # a model both queried and shadowed is called once, as the query
+            return Decision(arms=["weak"], query=["cheap"], shadow=["cheap", "mid"])
+        return Decision(arms=["weak"], shadow=["mid"] if t == 3 else [])
+
+    row, trace, policy = _run(monkeypatch, dataset, script)
+    rounds = _per_round(policy)
+    assert rounds[0] == [
+        ("weak", "bandit", 0, False, False),
+        ("cheap", "query", 0, False, False),
+        ("mid", "shadow", 1, True, True),
+    ]
+    assert rounds[3] == [("weak", "bandit", 0, False, False), ("mid", "shadow", 0, True, True)]
+    assert trace.cost[0] == pytest.approx(0.002 + 0.001 + 0.01)
+    assert trace.cost[3] == pytest.approx(0.002 + 0.01)
+    np.testing.assert_allclose(trace.reward, 0.4)  # the served answer's, never the better shadow's
+    assert trace.shadow_calls == 2 and trace.query_calls == 1
+    assert row["shadow_calls"] == 2 and row["shadow_share"] == pytest.approx(2 / HORIZON)
+    # the incumbent (pricey, the dearest) is compared on served rewards, and shadow spend counts
+    assert row["incumbent"]["spend_share"] == pytest.approx((5 * 0.002 + 0.001 + 2 * 0.01) / (5 * 0.1))
+
+
 def test_declined_prompts_get_the_low_reward_and_cost_nothing(monkeypatch, dataset) -> None:
     row, trace, policy = _run(monkeypatch, dataset, always(lambda: Decision(arms=[])))
     assert policy.observations == []
