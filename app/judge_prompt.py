@@ -58,6 +58,16 @@ def render(template: str, prompt: str, answer: str, rubric: str) -> str:
     return _PLACEHOLDER.sub(lambda match: values[match.group(1)], template)
 
 
+_RENDERED_ANSWER = re.compile(r"\n<answer>\n(.*)\n</answer>\n", re.DOTALL)
+
+
+def answer_in(message: str) -> str | None:
+    """The answer a message rendered from ``TEMPLATE`` grades (a grader that reads logged grades finds
+    it here), or None."""
+    found = _RENDERED_ANSWER.search(message)
+    return found.group(1) if found else None
+
+
 def _in_range(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None

@@ -182,10 +182,8 @@ def refuse_replaced_judge_fields(data: Any) -> Any:
     """A body naming the replaced ``judge_url`` / ``judge_threshold`` is a 422 that says what to send."""
     if isinstance(data, dict) and any(name in data for name in REPLACED_JUDGE_FIELDS):
         raise ValueError(
-            "judge_url and judge_threshold were replaced by one judge object: send "
-            '{"judge": {"url": "<judge_url>", "threshold": <judge_threshold>}} (or {"judge": {"backend": '
-            '"<backend>", "rubric": "...", "threshold": 0.7}} for a judge the gateway asks itself; '
-            '{"judge": {}} removes it)'
+            'judge_url and judge_threshold were replaced by judge: send {"judge": {"url": <judge_url>, '
+            '"threshold": <judge_threshold>}} ({} removes it; docs/guide.md, "Judges")'
         )
     return data
 

@@ -95,7 +95,9 @@ async def test_a_failing_judge_returns_the_answer_as_it_is(sqlite_stack: Stack, 
         assert len(done["judged"]) == 1 and done["judged"][0]["score"] is None
         assert len(seen) == 1
         bad = await client.patch(
-            f"/admin/tenants/{tenant}/routers/main", json={"judge": {"url": "ftp://nope"}}, headers=admin_headers()
+            f"/admin/tenants/{tenant}/routers/main",
+            json={"judge": {"url": "ftp://nope"}},
+            headers=admin_headers(),
         )
         assert bad.status_code == 422
 
