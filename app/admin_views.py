@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from app.schemas import JudgeMeasured
 from app.timewindow import UtcTime
 
 
@@ -152,6 +153,11 @@ class RouterStats(BaseModel):
         None,
         description="offline (warm-start) observations per model (docs/policies/trusted-routing.md); null "
         "when the router has none",
+    )
+    judge: JudgeMeasured | None = Field(
+        None,
+        description="the router's judge as last measured on a labelled set (POST .../judge/labels); null "
+        "if never",
     )
     buckets: list[StatsBucket]
 

@@ -232,6 +232,41 @@ class JudgeConfig(Strict):
         return None if self.empty else self.model_dump(exclude_none=True)
 
 
+MAX_JUDGE_LABELS = 500
+
+
+class JudgeLabel(Strict):
+    prompt: Text = Field(min_length=1, description="the request, as the judge reads it")
+    answer: Text = Field(description="an answer to grade")
+    reward: float = Field(allow_inf_nan=False, description="its true reward, in the router's reward_range")
+
+
+class JudgeLabels(Strict):
+    """A labelled set to measure a router's judge on (docs/guide.md, "Judges")."""
+
+    labels: list[JudgeLabel] = Field(min_length=1, max_length=MAX_JUDGE_LABELS)
+
+
+class JudgeMeasured(BaseModel):
+    """A router's judge measured on a labelled set: a label is a success when its true reward reaches the
+    judge's threshold (in reward units), a verdict a pass when the judge's score does."""
+
+    judge: dict[str, Any] = Field(description="the judge measured (its configuration then)")
+    labels: int
+    failed: int = Field(description="labels the judge gave no score (left out of the rates)")
+    successes: int = Field(description="scored labels whose true reward reaches the threshold")
+    failures: int = Field(description="scored labels whose true reward is below it")
+    tpr: float | None = Field(
+        description="P(pass | success): set PromptWise's judge_tpr to it; null: no success"
+    )
+    tnr: float | None = Field(description="P(fail | failure): PromptWise's judge_tnr; null: no failure")
+    pearson: float | None = Field(
+        description="correlation of the judge's reward with the true reward; null under 2 scores or no spread"
+    )
+    cost: float = Field(description="USD of the judge's calls")
+    measured_at: UtcTime
+
+
 class RouterCreate(Strict):
     name: RouterName
     policy: PolicyName | None = Field(

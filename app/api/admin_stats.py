@@ -14,6 +14,7 @@ from app.admin_views import ModelBucket, RouterStats, StatsBucket
 from app.api.deps import AdminOnly, Ctx, Session
 from app.catalog_admin import get_router, get_tenant
 from app.input_types import Text
+from app.schemas import JudgeMeasured
 from app.store.models import Router
 from app.store.stats import BucketStats, ModelStats, history_before, router_buckets
 from app.timewindow import bucket_starts, parse_bucket, parse_window
@@ -149,5 +150,6 @@ async def router_stats(
         regret_mean=mean(regret_sum, regret_rounds),
         trusted=await trusted_stats(ctx, session, row, window),
         warm_start=await warm_start_stats(ctx, session, row),
+        judge=None if row.judge_measured is None else JudgeMeasured.model_validate(row.judge_measured),
         buckets=buckets,
     )

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 from fastapi import FastAPI
 
@@ -93,7 +94,8 @@ async def add(client: httpx.AsyncClient, base_url: str, model: str, **fields: ob
 async def judged_tenant(
     client: httpx.AsyncClient, url: str, judge: str, **router: Any
 ) -> tuple[str, str, str]:
-    """A greedy router over cheap and dear (cheap first on both prompts) judged by ``judge``."""
+    """A greedy router over cheap and dear (cheap first on both prompts) judged by ``judge``: its key,
+    cheap's and dear's backend names, its tenant."""
     cheap, dear = await add(client, f"{url}/cheap/v1", "cheap"), await add(client, f"{url}/dear/v1", "dear")
     tenant = unique("t")
     key = await add_tenant(client, [cheap, dear], tenant=tenant, **router)
@@ -109,7 +111,7 @@ async def judged_tenant(
     }
     for prompt in (HARD, EASY):
         await prefer(client, key, cheap, prompt=prompt)
-    return key, cheap, dear
+    return key, cheap, dear, tenant
 
 
 def chat(prompt: str) -> dict[str, Any]:
@@ -120,7 +122,7 @@ async def test_the_cascade_stops_on_the_backend_judges_score(stack: Stack, tmp_p
     app = gateway_app(stack)
     async with served(replay(write_dataset(tmp_path))) as url, running(app) as client:
         judge = await add(client, f"{url}/{REPLAY_JUDGE}/v1", REPLAY_JUDGE)
-        key, cheap, dear = await judged_tenant(client, url, judge)
+        key, cheap, dear, _ = await judged_tenant(client, url, judge)
 
         # cheap's logged grade on the hard prompt is 0.2 < 0.5: the judge fails it, dear's 0.9 passes
         hard = await client.post("/route", json=chat(HARD), headers=bearer(key))
@@ -173,7 +175,7 @@ async def test_a_failing_judge_backend_does_not_fail_the_client(
     app = gateway_app(sqlite_stack, judge_timeout_s=0.3)
     async with served(replay(write_dataset(tmp_path))) as url, running(app) as client:
         judge = await add(client, fake.url(behaviour), "judge")
-        key, cheap, _ = await judged_tenant(client, url, judge)
+        key, cheap, _, _ = await judged_tenant(client, url, judge)
         response = await client.post("/route", json=chat(HARD), headers=bearer(key))
         assert response.status_code == 200, response.text
         done = response.json()
@@ -193,7 +195,7 @@ async def test_a_pending_probe_is_graded_by_the_routers_judge(stack: Stack, tmp_
     app = gateway_app(stack)
     async with served(replay(write_dataset(tmp_path))) as url, running(app) as client:
         judge = await add(client, f"{url}/{REPLAY_JUDGE}/v1", REPLAY_JUDGE)
-        key, cheap, dear = await judged_tenant(
+        key, cheap, dear, _ = await judged_tenant(
             client, url, judge, policy="balrog", hyperparameters={"trigger": "random", "budget": 1.0}
         )
         done = (await client.post("/route", json=chat(EASY), headers=bearer(key))).json()
@@ -261,3 +263,68 @@ async def test_judge_configuration_is_checked(sqlite_stack: Stack, fake: FakeBac
         }
         made = await client.post(routers, json=image, headers=admin_headers())
         assert made.status_code == 422 and "image router" in made.text
+
+
+async def test_an_admin_measures_the_judge_on_labels(stack: Stack, tmp_path: Path) -> None:
+    """Labels whose true reward departs from the logged grade once (a false pass) and one answer the
+    judge cannot grade: TPR 2/2, TNR 1/2, the Pearson correlation over the scored four; kept in the
+    router's stats, read again by a fresh process."""
+    app = gateway_app(stack)
+    labels = [
+        (HARD, "It is 34.", 0.2),  # judged 0.2: a fail, truly a failure
+        (HARD, "F(10) = 55.", 0.9),  # judged 0.9: a pass, truly a success
+        (EASY, "4", 0.3),  # judged 0.8: a pass, truly a failure
+        (EASY, "2 + 2 = 4", 1.0),  # judged 1.0: a pass, truly a success
+        (EASY, "no such answer", 1.0),  # no logged grade: no score
+    ]
+    async with served(replay(write_dataset(tmp_path))) as url, running(app) as client:
+        judge = await add(client, f"{url}/{REPLAY_JUDGE}/v1", REPLAY_JUDGE)
+        _, _, _, tenant = await judged_tenant(client, url, judge)
+        path = f"/admin/tenants/{tenant}/routers/main"
+        body = {"labels": [{"prompt": p, "answer": a, "reward": r} for p, a, r in labels]}
+        response = await client.post(f"{path}/judge/labels", json=body, headers=admin_headers())
+        assert response.status_code == 200, response.text
+        measured = response.json()
+        assert (measured["labels"], measured["failed"], measured["successes"], measured["failures"]) == (
+            5,
+            1,
+            2,
+            2,
+        )
+        assert (measured["tpr"], measured["tnr"]) == (1.0, 0.5)
+        judged, truth = [0.2, 0.9, 0.8, 1.0], [0.2, 0.9, 0.3, 1.0]
+        assert measured["pearson"] == pytest.approx(float(np.corrcoef(judged, truth)[0, 1]))
+        replies = [
+            '{"score": 0.2}',
+            '{"score": 0.9}',
+            '{"score": 0.8}',
+            '{"score": 1.0}',
+            "no logged answer to grade",
+        ]
+        costs = [judge_cost(p, a, reply) for (p, a, _), reply in zip(labels, replies, strict=True)]
+        assert measured["cost"] == pytest.approx(sum(costs))
+        assert measured["judge"]["backend"] == judge
+
+        stats = await client.get(f"{path}/stats", headers=admin_headers())
+        assert stats.status_code == 200 and stats.json()["judge"] == measured
+
+        bad = {
+            "reward outside the range": {"labels": [{"prompt": HARD, "answer": "x", "reward": 2.0}]},
+            "no labels": {"labels": []},
+            "too many": {"labels": [{"prompt": HARD, "answer": "x", "reward": 0.5}] * 501},
+            "no reward": {"labels": [{"prompt": HARD, "answer": "x"}]},
+        }
+        for why, refused in bad.items():
+            answered = await client.post(f"{path}/judge/labels", json=refused, headers=admin_headers())
+            assert answered.status_code == 422, why
+        missing = await client.post(
+            f"/admin/tenants/{tenant}/routers/nope/judge/labels", json=body, headers=admin_headers()
+        )
+        assert missing.status_code == 404
+        await client.patch(path, json={"judge": {}}, headers=admin_headers())
+        unjudged = await client.post(f"{path}/judge/labels", json=body, headers=admin_headers())
+        assert unjudged.status_code == 422 and "has no judge" in unjudged.text
+
+    async with running(gateway_app(stack)) as client:  # another process reads what this one measured
+        again = await client.get(f"{path}/stats", headers=admin_headers())
+        assert again.json()["judge"] == measured
