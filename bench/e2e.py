@@ -16,7 +16,10 @@ gateway over HTTP:
   ``POST /feedback`` (and ``kind: query`` rewards for the models in ``x-banditgate-query``);
 - cascades (PromptWise): the router has a judge, a small HTTP server of this module that scores each
   answer with round t's drawn reward of the model that gave it. The gateway runs the whole cascade, and
-  records each step's reward and cost; the user's reward is the best step's, as in the simulator;
+  records each step's cost and the reward of each step it moved on from; the driver, as the client,
+  posts the served answer's score as its ``cascade-step`` reward (a duplicate, ignored, when the gateway
+  recorded that step already), so the policy is shown every step's reward as in the simulator; the
+  user's reward is the best step's, as in the simulator;
 - a decline (503 with ``x-banditgate-declined``) scores the low end of the reward range at no cost;
 - each request carries ``seed: t`` (OpenAI's parameter): the gateway then draws the decision's randomness
   from (router seed, t), and the offline half runs the simulator with ``round_rng(t)`` built the same way
@@ -235,7 +238,7 @@ async def run_service_seed(
         "seed": draws.seed,
     }
     if judge_url is not None:
-        body |= {"judge_url": f"{judge_url}/judge/{name}", "judge_threshold": threshold}
+        body |= {"judge": {"url": f"{judge_url}/judge/{name}", "threshold": threshold}}
     await gateway.create_router(name, body)
     column = {m: k for k, m in enumerate(dataset.model_names)}
     headers = {"Authorization": f"Bearer {gateway.key}"}
@@ -270,6 +273,14 @@ async def run_service_seed(
                     raise ServiceError(f"round {t} of seed {draws.seed}: the gateway never asked the judge")
                 reward[t] = max(score for _, score in play.scored)
                 calls[t] = len(play.scored)
+                served = [score for model, score in play.scored if model == answered][-1]
+                step = {
+                    "decision_id": response.headers["x-banditgate-decision-id"],
+                    "model": answered,
+                    "kind": "cascade-step",
+                    "reward": served,
+                }
+                _check(await gateway.client.post("/feedback", json=step, headers=headers), f"round {t}")
             else:
                 reward[t] = float(rewards[column[answered]])
                 calls[t] = 1
