@@ -21,9 +21,9 @@ event whose reward is the judge's (app/routing/judge.py), and the next model is 
 ``POST /route/{id}/next`` does (``next_step``). The cascade stops at the first pass, when nothing is
 left, after ``judge_max_steps`` calls, or when the judge itself fails; the last answer is then
 returned, and its reward is the client's to post (the judge's score of it decided the stop only). The
-one exception: a failed step after which the policy declines to go on (``next_step`` answers stop
-with arms left) is served with its judged reward already learned, since the policy is asked after
-learning it, as for ``POST /route/{id}/next``."""
+exception: a failed step after which the policy declines to go on (``next_step`` answers stop with
+arms left), or whose next model's backends all fail, is served with its judged reward already learned,
+since the policy is asked after learning it, as for ``POST /route/{id}/next``."""
 
 from __future__ import annotations
 
