@@ -81,3 +81,38 @@ async def test_service_matches_the_offline_replay(pg_stack: Stack, mmlu300: Path
     assert all(1.0 < calls < 2.0 for calls in promptwise.service_calls)
     assert knn.service_calls == [1.0] * len(SEEDS)
     assert np.mean(promptwise.service_cost) < np.mean(knn.service_cost)
+
+
+async def test_a_cascade_judged_by_a_backend_inside_the_gateway_matches_the_replay(
+    pg_stack: Stack, mmlu300: Path, tmp_path: Path
+) -> None:
+    """PromptWise's cascades judged by the replay backends' replay-judge (a backend judge of the logged
+    grades, asked with the shipped prompt) stop where the replay's labels stop them: every round's reward
+    is the simulator's; the calls' cost matches it and the judge's cost is reported apart."""
+    dataset = load_dataset(mmlu300)
+    embeddings = dataset_embeddings(dataset, "hashing", cache_dir=tmp_path, progress=False)
+    replay_key = "rpl_e2e-test-key"
+    settings = pg_stack.settings(
+        replay_dataset=str(mmlu300), replay_api_key=replay_key, judge_max_steps=len(dataset.models)
+    )
+    app = create_app(settings)
+    async with app.router.lifespan_context(app), served(app) as url:
+        gateway = Gateway(url, ADMIN_KEY, f"{url}/replay", backends_key=replay_key)
+        try:
+            (result,) = await compare(
+                gateway,
+                dataset,
+                embeddings,
+                [parse_spec("promptwise")],
+                100,
+                [0],
+                LAMBDA,
+                progress=False,
+                judge_backend=True,
+            )
+        finally:
+            await gateway.close()
+    assert result.rounds_differing == 0 and result.service_reward == result.offline_reward
+    np.testing.assert_allclose(result.service_cost, result.offline_cost, rtol=1e-3)
+    assert 1.0 < result.service_calls[0] < 2.0  # some cascades went on to GPT-4
+    assert result.service_judge_cost > 0.0
