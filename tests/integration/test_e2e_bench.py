@@ -4,6 +4,7 @@ mounted as replay backends), for kNN-UCB and PromptWise, against the offline rep
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,7 @@ from bench.dataset import load_dataset
 from bench.e2e import Gateway, compare
 from bench.policy_spec import parse_spec
 from bench.run_command import dataset_embeddings
-from tests.conftest import ADMIN_KEY, TEST_DATA, Stack
+from tests.conftest import ADMIN_KEY, REDIS_URL, TEST_DATA, Stack, fresh_pg_database
 from tests.served import served
 
 pytestmark = pytest.mark.slow
@@ -83,8 +84,16 @@ async def test_service_matches_the_offline_replay(pg_stack: Stack, mmlu300: Path
     assert np.mean(promptwise.service_cost) < np.mean(knn.service_cost)
 
 
+@pytest.fixture
+def own_pg_stack() -> Iterator[Stack]:
+    """A database of its own: backends are global and named as the dataset's models, so a gateway on
+    another port finds the other test's registered at its old address."""
+    with fresh_pg_database() as url:
+        yield Stack("postgres", url, REDIS_URL)
+
+
 async def test_a_cascade_judged_by_a_backend_inside_the_gateway_matches_the_replay(
-    pg_stack: Stack, mmlu300: Path, tmp_path: Path
+    own_pg_stack: Stack, mmlu300: Path, tmp_path: Path
 ) -> None:
     """PromptWise's cascades judged by the replay backends' replay-judge (a backend judge of the logged
     grades, asked with the shipped prompt) stop where the replay's labels stop them: every round's reward
@@ -92,7 +101,7 @@ async def test_a_cascade_judged_by_a_backend_inside_the_gateway_matches_the_repl
     dataset = load_dataset(mmlu300)
     embeddings = dataset_embeddings(dataset, "hashing", cache_dir=tmp_path, progress=False)
     replay_key = "rpl_e2e-test-key"
-    settings = pg_stack.settings(
+    settings = own_pg_stack.settings(
         replay_dataset=str(mmlu300), replay_api_key=replay_key, judge_max_steps=len(dataset.models)
     )
     app = create_app(settings)
