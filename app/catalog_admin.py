@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pydantic import ValidationError
 from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -239,9 +240,21 @@ def router_fields(row: Router) -> dict[str, Any]:
         "reward_range": [row.reward_lo, row.reward_hi],
         "seed": row.seed,
         "is_default": row.is_default,
-        "judge": None if row.judge is None else JudgeConfig.model_validate(row.judge),
+        "judge": stored_judge(row),
         "embed_text": EmbedTextConfig.model_validate(row.embed_text or {}),
     }
+
+
+def stored_judge(row: Router) -> JudgeConfig | None:
+    """The router's judge as stored; one the checks would refuse now (a url stored before they existed,
+    written into the database directly) is shown as it is: its calls fail, reading it does not."""
+    if not row.judge:
+        return None
+    try:
+        return JudgeConfig.model_validate(row.judge)
+    except ValidationError:
+        values: dict[str, Any] = {k: v for k, v in row.judge.items() if k in JudgeConfig.model_fields}
+        return JudgeConfig.model_construct(**values)
 
 
 async def validate_router(

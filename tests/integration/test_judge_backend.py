@@ -14,11 +14,13 @@ import httpx
 import numpy as np
 import pytest
 from fastapi import FastAPI
+from sqlalchemy import update
 
 from app.api.http_limits import HttpLimits
 from app.judge_prompt import TEMPLATE, render
 from app.replay_backends import REPLAY_JUDGE, ReplayDataset, replay_app
 from app.settings import Settings
+from app.store.models import Router
 from tests.conftest import Stack, admin_headers, bearer, running, unique
 from tests.fake_backend import FakeBackends
 from tests.integration.test_forwarding import add_tenant, attempts_of, events_of, gateway_app, prefer
@@ -328,3 +330,25 @@ async def test_an_admin_measures_the_judge_on_labels(stack: Stack, tmp_path: Pat
     async with running(gateway_app(stack)) as client:  # another process reads what this one measured
         again = await client.get(f"{path}/stats", headers=admin_headers())
         assert again.json()["judge"] == measured
+
+
+async def test_a_bad_stored_judge_url_fails_its_verdicts_not_the_request(
+    sqlite_stack: Stack, fake: FakeBackends
+) -> None:
+    """A judge url the checks refuse, stored before them: the router reads as it is stored, and each
+    answer's verdict fails (the answer is served)."""
+    app = gateway_app(sqlite_stack)
+    async with running(app) as client:
+        arms = [await add(client, fake.url("ok"), "arm"), await add(client, fake.url("ok"), "arm")]
+        tenant = unique("t")
+        key = await add_tenant(client, arms, tenant=tenant)
+        async with app.state.ctx.sessionmaker() as session:  # as a row written before the check
+            judge = {"url": "http://\nfile:///etc/passwd", "threshold": 0.5}
+            await session.execute(update(Router).where(Router.name == "main").values(judge=judge))
+            await session.commit()
+        app.state.ctx.catalog.clear()
+        shown = await client.get(f"/admin/tenants/{tenant}/routers/main", headers=admin_headers())
+        assert shown.status_code == 200 and shown.json()["judge"]["url"] == judge["url"]
+        done = await client.post("/route", json=chat(HARD), headers=bearer(key))
+        assert done.status_code == 200, done.text
+        assert [s["score"] for s in done.json()["judged"]] == [None]
