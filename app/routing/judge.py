@@ -156,10 +156,12 @@ async def grade_probe(
     model: str,
     prompt: str,
     answer: str,
+    kind: str = "query",
 ) -> float:
     """A stored pending probe's answer graded by its router's judge (when it has one): the reward is the
-    probe's ``query`` feedback, recorded now, and the probe is marked answered; the judge's attempts are
-    the decision's. Returns the judge's cost (0 without a judge), which the probe's cost event carries."""
+    probe's feedback of ``kind`` (its observation kind: ``query``), recorded now, and the probe is marked
+    answered; the judge's attempts are the decision's. Returns the judge's cost (0 without a judge),
+    which the probe's cost event carries."""
     router = await ctx.catalog.router_by_id(router_id) if router_id is not None else None
     if router is None or not judges_answers(router):
         return 0.0
@@ -167,7 +169,7 @@ async def grade_probe(
     if verdict.attempts:
         await ctx.ledger.write(LedgerWrite(attempts=attempt_rows(decision_id, verdict.attempts)))
     if verdict.reward is not None:
-        graded = FeedbackReport(decision_id=decision_id, model=model, kind="query", reward=verdict.reward)
+        graded = FeedbackReport(decision_id=decision_id, model=model, kind=kind, reward=verdict.reward)
         await record_feedback(ctx, tenant, [graded])
         await ctx.ledger.write(LedgerWrite(answered_probes=[(decision_id, model)]))
     return verdict.cost
