@@ -117,16 +117,16 @@ class Decision:
 class Observation:
     """One piece of feedback about one model's answer to one prompt.
 
-        ``kind``: ``bandit`` (the chosen model's reward), ``query`` (an active-learning probe of another model),
-        ``cascade-step`` (a step of a cascade; ``reward`` is the step's outcome), ``offline`` (a logged outcome
-        imported as a warm start: no decision of this policy made it, so it is learned like a query, is never
-        a round the policy played nor money it spent, and its ``decision_key`` is the log row's id, which
-        belongs to no open decision), ``shadow`` (the graded answer of a shadow call, ``Decision.shadow``:
-    evidence about that model, learned like a query, never a round the client was served, so never in a
-    policy's realised reward). ``reward`` or ``cost`` may be
-        None when the feedback carries only the other. ``output_embedding`` is the answer's embedding, the
-        feedback of diversity-aware mixture policies. ``decision_key``: the key of the decision this feedback
-        is about (``Context.decision_key`` of its selects), None when the caller keys nothing.
+    ``kind``: ``bandit`` (the chosen model's reward), ``query`` (an active-learning probe of another model),
+    ``cascade-step`` (a step of a cascade; ``reward`` is the step's outcome), ``offline`` (a logged outcome
+    imported as a warm start: no decision of this policy made it, so it is learned like a query, is never
+    a round the policy played nor money it spent, and its ``decision_key`` is the log row's id, which
+    belongs to no open decision), ``shadow`` (the graded answer of a shadow call, ``Decision.shadow``:
+evidence about that model, learned like a query, never a round the client was served, so never in a
+policy's realised reward). ``reward`` or ``cost`` may be
+    None when the feedback carries only the other. ``output_embedding`` is the answer's embedding, the
+    feedback of diversity-aware mixture policies. ``decision_key``: the key of the decision this feedback
+    is about (``Context.decision_key`` of its selects), None when the caller keys nothing.
     """
 
     embedding: np.ndarray
