@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from app.schemas import JudgeMeasured
 from app.timewindow import UtcTime
 
 
@@ -196,6 +197,11 @@ class RouterStats(BaseModel):
         None,
         description="shadow evaluation (docs/guide.md): calls, spend and refusals in the window, and the "
         "evidence per model; null when the router sets no shadow hyperparameter and made no shadow call",
+    )
+    judge: JudgeMeasured | None = Field(
+        None,
+        description="the router's judge as last measured on a labelled set (POST .../judge/labels); null "
+        "if never",
     )
     buckets: list[StatsBucket]
 

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pydantic import ValidationError
 from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -30,6 +31,7 @@ from app.schemas import (
     BackendCreate,
     BackendUpdate,
     EmbedTextConfig,
+    JudgeConfig,
     RouterCreate,
     RouterUpdate,
     TenantLimits,
@@ -206,9 +208,13 @@ def update_backend(settings: Settings, backend: Backend, body: BackendUpdate, ne
 
 async def delete_backend(session: AsyncSession, backend: Backend, news: Announcements) -> None:
     """``Conflict`` while a router still lists the backend as an arm."""
-    users = [r.name for r in await session.scalars(select(Router)) if backend.name in (r.arms or [])]
+    routers = list(await session.scalars(select(Router)))
+    users = [r.name for r in routers if backend.name in (r.arms or [])]
     if users:
         raise Conflict(f"backend {backend.name!r} is an arm of routers {sorted(users)}")
+    judged = [r.name for r in routers if (r.judge or {}).get("backend") == backend.name]
+    if judged:
+        raise Conflict(f"backend {backend.name!r} is the judge of routers {sorted(judged)}")
     await session.delete(backend)
     await session.flush()
     news.catalog.append(f"backend {backend.name} deleted")
@@ -234,10 +240,21 @@ def router_fields(row: Router) -> dict[str, Any]:
         "reward_range": [row.reward_lo, row.reward_hi],
         "seed": row.seed,
         "is_default": row.is_default,
-        "judge_url": row.judge_url,
-        "judge_threshold": row.judge_threshold,
+        "judge": stored_judge(row),
         "embed_text": EmbedTextConfig.model_validate(row.embed_text or {}),
     }
+
+
+def stored_judge(row: Router) -> JudgeConfig | None:
+    """The router's judge as stored; one the checks would refuse now (a url stored before they existed,
+    written into the database directly) is shown as it is: its calls fail, reading it does not."""
+    if not row.judge:
+        return None
+    try:
+        return JudgeConfig.model_validate(row.judge)
+    except ValidationError:
+        values: dict[str, Any] = {k: v for k, v in row.judge.items() if k in JudgeConfig.model_fields}
+        return JudgeConfig.model_construct(**values)
 
 
 async def validate_router(
@@ -269,6 +286,38 @@ async def validate_router(
         build_policy(policy, arms, seed, hp)
     except PolicyConfigError as exc:
         raise Invalid(str(exc), param="body.hyperparameters") from exc
+
+
+async def check_judge(
+    session: AsyncSession, judge: JudgeConfig | None, arms: Sequence[str], reward_range: Sequence[float]
+) -> dict[str, Any] | None:
+    """The judge's stored form (None: no judge), or ``Invalid``: a judge needs a router with a chat arm
+    (answers it can read); a backend judge names a chat backend of the catalog and a threshold in
+    [0, 1] (its score's range); a url judge's threshold lies in the router's reward range (its scores'
+    units)."""
+    if judge is None or judge.empty:
+        return None
+    kinds = set(await session.scalars(select(Backend.kind).where(Backend.name.in_(list(arms)))))
+    if "chat" not in kinds:
+        raise Invalid("an image router has no judge: a judge grades chat answers", param="body.judge")
+    lo, hi = reward_range
+    if judge.backend is not None:
+        kind = await session.scalar(select(Backend.kind).where(Backend.name == judge.backend))
+        if kind is None:
+            raise Invalid(
+                f"judge backend {judge.backend!r} is not a backend; create it under /admin/backends",
+                param="body.judge.backend",
+            )
+        if kind != "chat":
+            raise Invalid(
+                f"judge backend {judge.backend!r} is a {kind} backend, not chat", param="body.judge"
+            )
+        lo, hi = 0.0, 1.0
+    if not lo <= judge.threshold <= hi:
+        raise Invalid(
+            f"judge threshold {judge.threshold} is outside [{lo}, {hi}]", param="body.judge.threshold"
+        )
+    return judge.stored()
 
 
 def check_prior_models(priors: Any, arms: Sequence[str], param: str) -> None:
@@ -330,6 +379,7 @@ async def create_router(
     # a router without a policy gets the default, stored resolved: a later default does not change it
     policy, hyperparameters = resolve_named(body.policy, body.hyperparameters)
     await validate_router(session, policy, body.arms, body.seed, hyperparameters, embedding_dim)
+    judge = await check_judge(session, body.judge, body.arms, body.reward_range)
     row = Router(
         tenant_id=tenant.id,
         name=body.name,
@@ -340,8 +390,7 @@ async def create_router(
         reward_hi=body.reward_range[1],
         seed=body.seed,
         is_default=body.is_default,
-        judge_url=body.judge_url,
-        judge_threshold=body.judge_threshold,
+        judge=judge,
         embed_text=None if body.embed_text is None else body.embed_text.model_dump(),
         version=1,
     )
@@ -382,10 +431,9 @@ async def update_router(
     row.policy, row.arms, row.seed, row.hyperparameters = policy, arms, seed, hp
     if body.reward_range is not None:
         row.reward_lo, row.reward_hi = body.reward_range
-    if body.judge_url is not None:
-        row.judge_url = body.judge_url or None
-    if body.judge_threshold is not None:
-        row.judge_threshold = body.judge_threshold
+    if body.judge is not None or body.arms is not None or body.reward_range is not None:
+        judge = body.judge if body.judge is not None else router_fields(row)["judge"]
+        row.judge = await check_judge(session, judge, arms, [row.reward_lo, row.reward_hi])
     # new decisions embed by the new rule; the learned state keeps its vectors
     if body.embed_text is not None:
         row.embed_text = body.embed_text.model_dump()

@@ -24,6 +24,7 @@ from app.api import (
     openai,
     route,
 )
+from app.api.admin_judge import router as admin_judge_router
 from app.api.admin_logs import router as admin_logs_router
 from app.api.admin_stats import router as admin_stats_router
 from app.api.api_docs import mount_api_docs
@@ -227,6 +228,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         limits = HttpLimits.of(settings)
         app.mount("/replay", replay_app(ReplayDataset.read(settings.replay_dataset), replay_key, limits))
     app.include_router(admin_stats_router)
+    app.include_router(admin_judge_router)
     app.include_router(admin_logs_router)
     if settings.metrics_enabled:
         app.include_router(metrics_router)

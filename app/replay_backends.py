@@ -11,6 +11,13 @@ with the logged token counts as ``usage``; absent counts are estimated as the of
 model's ``default_tokens_out`` when no response is logged), rounded up to whole tokens. Model names may
 contain ``/``. ``banditgate replay-backends`` runs it; ``banditgate demo`` mounts it at ``/replay`` over a synthetic dataset (app/demo_dataset.py).
 
+Model ``replay-judge`` (``REPLAY_JUDGE``, unless the dataset has a model of that name) is a judge that
+reads logged grades: asked with the shipped grading prompt (app/judge_prompt.py), it finds the answer
+among the models' logged (or placeholder) answers and replies ``{"score": s}``, s = the answer's mean
+logged reward scaled from the reward range to [0, 1]; an answer it does not know gets a reply without a
+score. A router's ``judge: {"backend": <a backend at /replay-judge/v1>, ...}`` thus judges as
+``bench run --judge score:sigma=0`` does.
+
 Every call needs ``Authorization: Bearer <api_key>`` (``BANDITGATE_REPLAY_API_KEY``; the demo generates
 one and registers its backends with it): served inside a public gateway they would otherwise be free
 model endpoints for anyone. Bodies are bounded by the request limits (app/api/http_limits.py).
@@ -32,11 +39,13 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from app.api.http_limits import HttpLimits, RequestLimits
 from app.auth import bearer_token, matches_secret
+from app.judge_prompt import answer_in
 from app.schemas import ChatMessage, RouteRequest
 from replay_dataset.files import ModelPrice, ReplayRow, read_dataset
 from routers.prices import whole_tokens
 
 STREAM_CHUNKS = 4
+REPLAY_JUDGE = "replay-judge"
 
 
 @dataclass
@@ -79,6 +88,28 @@ def replay_answer(dataset: ReplayDataset, model: ModelPrice, prompt: str) -> tup
     text = logged if logged is not None else f"[{model.name}] replayed answer to row {row.id}"
     counts = row.token_counts(model)  # the offline benchmark's counts, in whole tokens
     return text, math.ceil(counts.tokens_in), math.ceil(counts.tokens_out)
+
+
+def logged_grades(dataset: ReplayDataset) -> dict[str, float]:
+    """Each answer the models answer (``replay_answer``'s text) -> its mean logged reward scaled to [0, 1]
+    (the first row and model of a repeated text)."""
+    lo, hi = dataset.reward_range
+    grades: dict[str, float] = {}
+    for row in dataset.rows:
+        for model in dataset.models:
+            samples = row.rewards.get(model.name)
+            if samples:
+                text, _, _ = replay_answer(dataset, model, row.prompt)
+                mean = sum(samples) / len(samples)
+                grades.setdefault(text, min(max((mean - lo) / (hi - lo), 0.0), 1.0))
+    return grades
+
+
+def judge_reply(grades: dict[str, float], message: str) -> str:
+    """``REPLAY_JUDGE``'s reply to a grading message: the logged grade of the answer it holds."""
+    answer = answer_in(message)
+    grade = grades.get(answer) if answer is not None else None
+    return "no logged answer to grade" if grade is None else json.dumps({"score": grade})
 
 
 def prompt_of(body: dict[str, Any]) -> str:
@@ -149,10 +180,22 @@ def replay_app(dataset: ReplayDataset, api_key: str | None, limits: HttpLimits) 
         model = model_or_404(name)
         return {"object": "list", "data": [{"id": model.name, "object": "model", "owned_by": "replay"}]}
 
+    grades: dict[str, float] = {}
+
+    def judged(body: dict[str, Any]) -> tuple[ModelPrice, str, int, int]:
+        if not grades:
+            grades.update(logged_grades(dataset))
+        message = prompt_of(body)
+        text = judge_reply(grades, message)
+        return ModelPrice(REPLAY_JUDGE), text, whole_tokens(len(message)), whole_tokens(len(text))
+
     @app.post("/{name:path}/v1/chat/completions", response_model=None)
     async def chat(name: str, body: dict[str, Any] = Body(...)) -> Response:
-        model = model_or_404(name)
-        text, tin, tout = replay_answer(dataset, model, prompt_of(body))
+        if name == REPLAY_JUDGE and dataset.model(name) is None:
+            model, text, tin, tout = judged(body)
+        else:
+            model = model_or_404(name)
+            text, tin, tout = replay_answer(dataset, model, prompt_of(body))
         usage = {"prompt_tokens": tin, "completion_tokens": tout, "total_tokens": tin + tout}
         if body.get("stream"):
             include = bool((body.get("stream_options") or {}).get("include_usage"))

@@ -28,6 +28,7 @@ from app.input_types import (
     UpstreamModel,
     check_forwarded,
 )
+from app.judge_prompt import MAX_RUBRIC_CHARS, MAX_TEMPLATE_CHARS, template_problem
 from app.settings import RATE_LIMIT_MAX
 from app.timewindow import UtcTime
 from embeddings.prompt_text import DEFAULT_STRATEGY, MAX_TOKENS, MIN_TOKENS, STRATEGIES, EmbedText, Prompt
@@ -174,6 +175,98 @@ class EmbedTextConfig(Strict):
         return EmbedText(self.strategy, self.max_tokens)
 
 
+REPLACED_JUDGE_FIELDS = ("judge_url", "judge_threshold")
+
+
+def refuse_replaced_judge_fields(data: Any) -> Any:
+    """A body naming the replaced ``judge_url`` / ``judge_threshold`` is a 422 that says what to send."""
+    if isinstance(data, dict) and any(name in data for name in REPLACED_JUDGE_FIELDS):
+        raise ValueError(
+            'judge_url and judge_threshold were replaced by judge: send {"judge": {"url": <judge_url>, '
+            '"threshold": <judge_threshold>}} ({} removes it; docs/guide.md, "Judges")'
+        )
+    return data
+
+
+class JudgeConfig(Strict):
+    """A router's judge (docs/guide.md, "Judges"): ``{"url", "threshold"}``, an HTTP endpoint of the
+    tenant's (app/routing/judge.py); or ``{"backend", "rubric", "threshold"[, "template"]}``, one of the
+    catalog's chat backends that the gateway asks to grade each answer (app/judge_prompt.py). ``{}`` is
+    no judge."""
+
+    url: HttpUrl | None = Field(None, description="an HTTP judge the tenant hosts")
+    backend: BackendName | None = Field(None, description="a chat backend that grades answers")
+    rubric: Text | None = Field(
+        None, min_length=1, max_length=MAX_RUBRIC_CHARS, description="what a good answer is (backend judges)"
+    )
+    template: Text | None = Field(
+        None,
+        max_length=MAX_TEMPLATE_CHARS,
+        description="the grading prompt, with {prompt}, {answer} and {rubric}; null = the shipped one",
+    )
+    threshold: float = Field(
+        0.5,
+        allow_inf_nan=False,
+        description="a score at or above passes: in [0, 1] for a backend judge, in the router's "
+        "reward_range for a url judge",
+    )
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> JudgeConfig:
+        if self.url is not None and self.backend is not None:
+            raise ValueError("a judge is either a url or a backend, not both")
+        if self.backend is None and (self.rubric is not None or self.template is not None):
+            raise ValueError("rubric and template belong to a backend judge; name its backend")
+        if self.backend is not None and self.rubric is None:
+            raise ValueError("a backend judge needs a rubric")
+        if self.template is not None and (problem := template_problem(self.template)) is not None:
+            raise ValueError(problem)
+        return self
+
+    @property
+    def empty(self) -> bool:
+        return self.url is None and self.backend is None
+
+    def stored(self) -> dict[str, Any] | None:
+        """The routers.judge column's value (None: no judge)."""
+        return None if self.empty else self.model_dump(exclude_none=True)
+
+
+MAX_JUDGE_LABELS = 500
+
+
+class JudgeLabel(Strict):
+    prompt: Text = Field(min_length=1, description="the request, as the judge reads it")
+    answer: Text = Field(description="an answer to grade")
+    reward: float = Field(allow_inf_nan=False, description="its true reward, in the router's reward_range")
+
+
+class JudgeLabels(Strict):
+    """A labelled set to measure a router's judge on (docs/guide.md, "Judges")."""
+
+    labels: list[JudgeLabel] = Field(min_length=1, max_length=MAX_JUDGE_LABELS)
+
+
+class JudgeMeasured(BaseModel):
+    """A router's judge measured on a labelled set: a label is a success when its true reward reaches the
+    judge's threshold (in reward units), a verdict a pass when the judge's score does."""
+
+    judge: dict[str, Any] = Field(description="the judge measured (its configuration then)")
+    labels: int
+    failed: int = Field(description="labels the judge gave no score (left out of the rates)")
+    successes: int = Field(description="scored labels whose true reward reaches the threshold")
+    failures: int = Field(description="scored labels whose true reward is below it")
+    tpr: float | None = Field(
+        description="P(pass | success): set PromptWise's judge_tpr to it; null: no success"
+    )
+    tnr: float | None = Field(description="P(fail | failure): PromptWise's judge_tnr; null: no failure")
+    pearson: float | None = Field(
+        description="correlation of the judge's reward with the true reward; null under 2 scores or no spread"
+    )
+    cost: float = Field(description="USD of the judge's calls")
+    measured_at: UtcTime
+
+
 class RouterCreate(Strict):
     name: RouterName
     policy: PolicyName | None = Field(
@@ -186,13 +279,15 @@ class RouterCreate(Strict):
     reward_range: list[float] = Field(default_factory=lambda: [0.0, 1.0])
     seed: DbInt = 0
     is_default: bool = False
-    judge_url: HttpUrl | None = Field(None, description="HTTP judge for gateway-driven cascades")
-    judge_threshold: float = Field(0.5, allow_inf_nan=False, description="a judge score at or above passes")
+    judge: JudgeConfig | None = Field(
+        None, description="the judge of gateway-driven cascades (chat routers); null or {} = none"
+    )
     embed_text: EmbedTextConfig | None = Field(
         None, description="what of each prompt is embedded; null = default"
     )
 
     _range = field_validator("reward_range")(_check_range)
+    _replaced = model_validator(mode="before")(refuse_replaced_judge_fields)
 
 
 class RouterUpdate(Strict):
@@ -202,11 +297,11 @@ class RouterUpdate(Strict):
     reward_range: list[float] | None = None
     seed: DbInt | None = None
     is_default: bool | None = None
-    judge_url: HttpUrl | Literal[""] | None = Field(None, description="'' removes it")
-    judge_threshold: float | None = Field(None, allow_inf_nan=False)
+    judge: JudgeConfig | None = Field(None, description="replaces the judge; {} removes it")
     embed_text: EmbedTextConfig | None = Field(None, description="{} restores the default")
 
     _range = field_validator("reward_range")(_check_range)
+    _replaced = model_validator(mode="before")(refuse_replaced_judge_fields)
 
 
 class RouterOut(BaseModel):
@@ -220,8 +315,7 @@ class RouterOut(BaseModel):
     seed: int
     is_default: bool
     version: int
-    judge_url: str | None = None
-    judge_threshold: float = 0.5
+    judge: JudgeConfig | None = None
     embed_text: EmbedTextConfig = Field(default_factory=EmbedTextConfig)
     created_at: UtcTime
     updated_at: UtcTime
@@ -475,10 +569,14 @@ class EnsembleMemberOut(BaseModel):
 class JudgedStepOut(BaseModel):
     model: str
     score: float | None = Field(
-        description="the judge's score (pass = 1, fail = 0); null if the judge failed"
+        description="the judge's score (a url judge's pass = the router's highest reward, fail = its lowest; "
+        "a backend judge's in [0, 1]); null if the judge failed"
     )
     passed: bool
-    cost: float
+    cost: float = Field(description="USD of the step: the call's and its judge's")
+    judge_cost: float = Field(
+        0.0, description="USD of the judge's call (a backend judge's; 0 for a url judge)"
+    )
 
 
 class ForwardedRouteResponse(RouteResponse):

@@ -16,7 +16,15 @@ gateway over HTTP:
   ``POST /feedback`` (and ``kind: query`` rewards for the models in ``x-banditgate-query``);
 - cascades (PromptWise): the router has a judge, a small HTTP server of this module that scores each
   answer with round t's drawn reward of the model that gave it. The gateway runs the whole cascade, and
-  records each step's reward and cost; the user's reward is the best step's, as in the simulator;
+  records each step's cost and the reward of each step it moved on from; the driver, as the client,
+  posts the served answer's score as its ``cascade-step`` reward (a duplicate, ignored, when the gateway
+  recorded that step already), so the policy is shown every step's reward as in the simulator; the
+  user's reward is the best step's, as in the simulator. With ``--judge-backend`` the routers' judge is a
+  backend instead, the replay backends' ``replay-judge`` (registered at the prices of the cheapest
+  model), which grades an answer with its logged reward: the driver sends ``POST /route`` with
+  ``forward`` (its answer lists the judged steps and each judge's cost), posts the served answer's drawn
+  reward as its ``cascade-step``, and reports the judge's cost apart from the compared cost (the
+  simulator, judging by the labels, pays no judge);
 - a decline (503 with ``x-banditgate-declined``) scores the low end of the reward range at no cost;
 - each request carries ``seed: t`` (OpenAI's parameter): the gateway then draws the decision's randomness
   from (router seed, t), and the offline half runs the simulator with ``round_rng(t)`` built the same way
@@ -47,7 +55,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -76,6 +84,10 @@ class ServiceError(RuntimeError):
     """The gateway answered a round with an error the driver cannot score."""
 
 
+REPLAY_JUDGE = "replay-judge"  # the replay backends' judge of logged grades (app/replay_backends.py)
+JUDGE_RUBRIC = "The answer is correct and complete."
+
+
 @dataclass
 class ServiceRun:
     """One (policy, seed) through the gateway: per-round reward, cost and number of calls."""
@@ -87,6 +99,7 @@ class ServiceRun:
     wall_s: float
     models: dict[str, int] = field(default_factory=dict)
     answered: list[str | None] = field(default_factory=list)  # per round: the model that answered
+    judge_cost: float = 0.0  # USD of a backend judge's calls, left out of ``cost``
 
 
 @dataclass
@@ -157,11 +170,16 @@ class Gateway:
     def admin(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.admin_key}"}
 
-    async def set_up(self, dataset: Dataset) -> None:
+    async def set_up(self, dataset: Dataset, judge_backend: bool = False) -> None:
         """Backends named as the dataset's models (the names matter: kNN-UCB seeds each arm's neighbour
         store from its name, so other names would make other draws than the simulator's). A backend of that
-        name that already points elsewhere is an error, never overwritten."""
-        for model in dataset.models:
+        name that already points elsewhere is an error, never overwritten. With ``judge_backend``, also the
+        replay backends' ``replay-judge``, at the prices of the dataset's cheapest model."""
+        models = list(dataset.models)
+        if judge_backend:
+            cheapest = min(models, key=lambda m: (m.usd_per_mtok_in + m.usd_per_mtok_out, m.usd_per_call))
+            models.append(replace(cheapest, name=REPLAY_JUDGE))
+        for model in models:
             body = {
                 "name": model.name,
                 "base_url": f"{self.backends_url}/{model.name}/v1",
@@ -224,8 +242,11 @@ async def run_service_seed(
     threshold: float,
     bar: tqdm | None = None,
     seeded: bool = True,
+    judge_backend: bool = False,
 ) -> ServiceRun:
-    """Play one seed's draws through a fresh router; see the module doc for each step."""
+    """Play one seed's draws through a fresh router; see the module doc for each step. With
+    ``judge_backend`` a cascade's router is judged by the ``replay-judge`` backend instead of
+    ``judge_url`` (``judged_round``)."""
     name = f"{spec.name}-s{draws.seed}-{secrets.token_hex(3)}"
     body: dict[str, Any] = {
         "policy": spec.name,
@@ -234,8 +255,12 @@ async def run_service_seed(
         "reward_range": list(dataset.reward_range),
         "seed": draws.seed,
     }
-    if judge_url is not None:
-        body |= {"judge_url": f"{judge_url}/judge/{name}", "judge_threshold": threshold}
+    lo, hi = dataset.reward_range
+    if judge_url is not None and judge_backend:
+        unit = (threshold - lo) / (hi - lo)
+        body |= {"judge": {"backend": REPLAY_JUDGE, "rubric": JUDGE_RUBRIC, "threshold": unit}}
+    elif judge_url is not None:
+        body |= {"judge": {"url": f"{judge_url}/judge/{name}", "threshold": threshold}}
     await gateway.create_router(name, body)
     column = {m: k for k, m in enumerate(dataset.model_names)}
     headers = {"Authorization": f"Bearer {gateway.key}"}
@@ -244,6 +269,7 @@ async def run_service_seed(
     declined = 0
     models: dict[str, int] = {}
     answered_by: list[str | None] = []
+    judge_spent = 0.0
     start = time.perf_counter()
     for t in range(horizon):
         rewards = draws.rewards[t]
@@ -254,6 +280,21 @@ async def run_service_seed(
         }
         if seeded:
             request["seed"] = t
+        if judge_url is not None and judge_backend:
+            judged = await judged_round(
+                gateway, name, request, rewards, column, f"round {t} of seed {draws.seed}"
+            )
+            if judged is None:
+                reward[t], cost[t] = lo, 0.0
+                declined += 1
+            else:
+                answered, reward[t], cost[t], calls[t], spent = judged
+                models[answered] = models.get(answered, 0) + 1
+                judge_spent += spent
+            answered_by.append(None if judged is None else judged[0])
+            if bar is not None:
+                bar.update(1)
+            continue
         response = await gateway.client.post("/v1/chat/completions", json=request, headers=headers)
         if response.status_code == 503 and response.headers.get(DECLINED_HEADER):
             reward[t], cost[t] = dataset.reward_range[0], 0.0
@@ -270,6 +311,14 @@ async def run_service_seed(
                     raise ServiceError(f"round {t} of seed {draws.seed}: the gateway never asked the judge")
                 reward[t] = max(score for _, score in play.scored)
                 calls[t] = len(play.scored)
+                served = [score for model, score in play.scored if model == answered][-1]
+                step = {
+                    "decision_id": response.headers["x-banditgate-decision-id"],
+                    "model": answered,
+                    "kind": "cascade-step",
+                    "reward": served,
+                }
+                _check(await gateway.client.post("/feedback", json=step, headers=headers), f"round {t}")
             else:
                 reward[t] = float(rewards[column[answered]])
                 calls[t] = 1
@@ -290,7 +339,43 @@ async def run_service_seed(
                 _check(sent, f"feedback of round {t} of seed {draws.seed}")
         if bar is not None:
             bar.update(1)
-    return ServiceRun(reward, cost, calls, declined, time.perf_counter() - start, models, answered_by)
+    wall_s = time.perf_counter() - start
+    return ServiceRun(reward, cost, calls, declined, wall_s, models, answered_by, judge_spent)
+
+
+async def judged_round(
+    gateway: Gateway,
+    name: str,
+    request: dict[str, Any],
+    rewards: np.ndarray,
+    column: dict[str, int],
+    what: str,
+) -> tuple[str, float, float, int, float] | None:
+    """One round of a cascade judged by a backend: ``POST /route`` with ``forward`` (its answer lists the
+    judged steps and each judge's cost), then the served answer's drawn reward posted as its
+    ``cascade-step``. Returns (the model that answered, the best step's drawn reward, the calls' cost
+    without the judge's, the calls, the judge's cost); None for a decline."""
+    headers = {"Authorization": f"Bearer {gateway.key}"}
+    body: dict[str, Any] = {"router": name, "forward": True, "request": {"messages": request["messages"]}}
+    if "seed" in request:
+        body["seed"] = request["seed"]
+    response = await gateway.client.post("/route", json=body, headers=headers)
+    if response.status_code == 503:
+        return None
+    _check(response, what)
+    done = response.json()
+    answered = str(done["backend"])
+    steps = done.get("judged") or [{"model": answered, "judge_cost": 0.0}]
+    spent = sum(float(step["judge_cost"]) for step in steps)
+    best = max(float(rewards[column[step["model"]]]) for step in steps)
+    served = {
+        "decision_id": done["decision_id"],
+        "model": answered,
+        "kind": "cascade-step",
+        "reward": float(rewards[column[answered]]),
+    }
+    _check(await gateway.client.post("/feedback", json=served, headers=headers), what)
+    return answered, best, float(done["cost"]) - spent, len(steps), spent
 
 
 @dataclass
@@ -310,6 +395,7 @@ class Comparison:
     models: dict[str, int]
     horizon: int
     repeat_share: float = 0.0  # share of rounds whose prompt text was played earlier in the seed, mean
+    service_judge_cost: float = 0.0  # USD per round of a backend judge's calls (not in service_cost)
 
     def summary(self) -> dict[str, Any]:
         out: dict[str, Any] = {"policy": self.policy, "seeds": self.seeds}
@@ -333,6 +419,7 @@ class Comparison:
         out["declined"] = self.declined
         out["repeat_share"] = self.repeat_share
         out["models"] = self.models
+        out["service_judge_cost_per_round"] = self.service_judge_cost
         return out
 
 
@@ -374,12 +461,14 @@ async def compare(
     progress: bool = True,
     seeded: bool = True,
     draws: Draws = WITHOUT_REPLACEMENT,
+    judge_backend: bool = False,
 ) -> list[Comparison]:
-    """Every spec offline and through ``gateway`` on ``seeds``; see the module doc."""
+    """Every spec offline and through ``gateway`` on ``seeds``; see the module doc. With
+    ``judge_backend`` cascades are judged by the replay backends' ``replay-judge``."""
     lo, hi = dataset.reward_range
     threshold = (lo + hi) / 2 if threshold is None else float(threshold)
     judge = Judge({m: k for k, m in enumerate(dataset.model_names)})
-    await gateway.set_up(dataset)
+    await gateway.set_up(dataset, judge_backend)
     results: list[Comparison] = []
     async with serving(judge.app) as judge_url:
         for spec in specs:
@@ -403,6 +492,7 @@ async def compare(
                             threshold,
                             bar,
                             seeded,
+                            judge_backend,
                         )
                     )
             models: dict[str, int] = {}
@@ -425,6 +515,7 @@ async def compare(
                 models=models,
                 horizon=horizon,
                 repeat_share=float(np.mean([env.draw(seed).repeat_share for seed in seeds])),
+                service_judge_cost=sum(r.judge_cost for r in runs) / max(1, horizon * len(runs)),
             )
             results.append(comparison)
     return results

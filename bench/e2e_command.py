@@ -42,6 +42,11 @@ def format_comparison(results: Sequence[Comparison]) -> str:
             f"{summary['rounds']} rounds with another reward than offline, declined "
             f"{summary['declined']}, answered by {summary['models']}"
         )
+        if summary["service_judge_cost_per_round"]:
+            lines.append(
+                f"{'':<17} judge (a backend, not in the cost above) "
+                f"{summary['service_judge_cost_per_round']:.6f} USD per round"
+            )
     return "\n".join(lines)
 
 
@@ -102,6 +107,7 @@ async def _drive(
             progress=not args.quiet,
             seeded=not args.unseeded,
             draws=args.draws,
+            judge_backend=args.judge_backend,
         )
     finally:
         await gateway.close()
@@ -203,5 +209,12 @@ def add_subcommand(subparsers: Any) -> None:
         action="store_true",
         help="requests without 'seed': the gateway draws each decision's randomness from its id, the "
         "simulator from the policy's own generator (the same policy, not the same coin flips)",
+    )
+    parser.add_argument(
+        "--judge-backend",
+        action="store_true",
+        help="cascades judged inside the gateway by the replay backends' replay-judge (a backend judge of "
+        "logged grades) instead of this command's url judge; the judge's cost is reported apart "
+        "(service_judge_cost_per_round), not in the compared cost",
     )
     parser.set_defaults(handler=e2e_main)

@@ -14,6 +14,7 @@ from app.admin_views import ModelBucket, RouterStats, StatsBucket
 from app.api.deps import AdminOnly, Ctx, Session
 from app.catalog_admin import get_router, get_tenant
 from app.input_types import Text
+from app.schemas import JudgeMeasured
 from app.shadow_stats import shadow_stats
 from app.store.models import Router
 from app.store.stats import BucketStats, ModelStats, history_before, router_buckets
@@ -152,5 +153,6 @@ async def router_stats(
         trusted=await trusted_stats(ctx, session, row, window),
         warm_start=await warm_start_stats(ctx, session, row),
         shadow=await shadow_stats(ctx, session, row, window),
+        judge=None if row.judge_measured is None else JudgeMeasured.model_validate(row.judge_measured),
         buckets=buckets,
     )

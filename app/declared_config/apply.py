@@ -30,7 +30,14 @@ from app.declared_config.schema import ConfigFile, DeclaredBackend, DeclaredTena
 from app.declared_config.source import ConfigError, Path_, Source
 from app.jsonable import readable_text
 from app.routing.errors import GatewayError, Invalid
-from app.schemas import BackendCreate, BackendUpdate, EmbedTextConfig, RouterCreate, RouterUpdate
+from app.schemas import (
+    BackendCreate,
+    BackendUpdate,
+    EmbedTextConfig,
+    JudgeConfig,
+    RouterCreate,
+    RouterUpdate,
+)
 from app.settings import Settings
 from app.store.models import ApiKey, Backend, Router, Tenant
 from routers.default import resolve_named
@@ -329,16 +336,15 @@ def router_changes(row: Router, body: RouterCreate) -> tuple[RouterUpdate, tuple
         "seed": body.seed,
         "reward_range": body.reward_range,
         "is_default": body.is_default,
-        "judge_url": body.judge_url,
-        "judge_threshold": body.judge_threshold,
+        "judge": None if body.judge is None or body.judge.empty else body.judge,
         "embed_text": embed_text,
     }
     changed = tuple(k for k in wanted if wanted[k] != current[k])
     patch: dict[str, Any] = {k: wanted[k] for k in changed}
     if {"policy", "hyperparameters", "arms", "seed"} & set(changed):
         patch.update(policy=policy, hyperparameters=hyperparameters, arms=body.arms, seed=body.seed)
-    if "judge_url" in patch and patch["judge_url"] is None:
-        patch["judge_url"] = ""  # PATCH's way of removing it
+    if "judge" in patch and patch["judge"] is None:
+        patch["judge"] = JudgeConfig()  # PATCH's way of removing it
     return RouterUpdate(**patch), changed
 
 

@@ -39,7 +39,8 @@ class JudgedStep:
     model: str
     score: float | None
     passed: bool
-    cost: float
+    cost: float  # the call's and the judge's
+    judge_cost: float = 0.0
 
 
 @dataclass

@@ -14,11 +14,16 @@ The answer is the next model, or ``stop`` when nothing is left or the policy dec
 so far are kept in the decision's ``info.offered`` so a step that names no model means the last one.
 
 A judged cascade (``judged_cascade``) asks the router's judge (app/routing/judge.py) about each
-forwarded answer. Each step is learned as a ``cascade-step`` event whose reward is the score clipped to
-the router's reward range; a failed step asks for the next model as ``POST /route/{id}/next`` does
-(``next_step``). The cascade stops at the first pass, when nothing is left, after ``judge_max_steps``
-calls, or when the judge itself fails (the last answer is then returned as it is, and the step records
-no reward)."""
+forwarded answer before the call is recorded: the call's cost event is the answer's cost plus the
+judge's (as ``bench run --judge`` adds the judge's price to the judged call's), its attempts the call's
+and the judge's. A failed step, which the client never sees, is learned at once as a ``cascade-step``
+event whose reward is the judge's (app/routing/judge.py), and the next model is asked for as
+``POST /route/{id}/next`` does (``next_step``). The cascade stops at the first pass, when nothing is
+left, after ``judge_max_steps`` calls, or when the judge itself fails; the last answer is then
+returned, and its reward is the client's to post (the judge's score of it decided the stop only). The
+exception: a failed step after which the policy declines to go on (``next_step`` answers stop with
+arms left), or whose next model's backends all fail, is served with its judged reward already learned,
+since the policy is asked after learning it, as for ``POST /route/{id}/next``."""
 
 from __future__ import annotations
 
@@ -34,7 +39,7 @@ from app.routing.decide import reselect
 from app.routing.errors import BackendsFailed, Invalid, NotFound
 from app.routing.fallback import call_with_fallback
 from app.routing.feedback import FeedbackReport, record_feedback
-from app.routing.judge import ask_judge, reward_for
+from app.routing.judge import ask_judge
 from app.routing.turn import Turn
 from app.schemas import CascadeNextRequest, CascadeNextResponse
 from app.store.ledger import LedgerWrite
@@ -85,41 +90,40 @@ async def next_step(
     )
 
 
-async def judged_cascade(turn: Turn, target: Target, payload: dict[str, Any], cost: float) -> Forwarded:
-    """Ask the turn's router's judge about each answer (the first: ``target``'s ``payload``, costing
-    ``cost``, after the turn's attempts); on a fail, call the cascade's next model."""
+async def judged_cascade(turn: Turn, target: Target, payload: dict[str, Any]) -> Forwarded:
+    """Ask the turn's router's judge about each answer (the first: ``target``'s ``payload``, after the
+    turn's attempts), record each call with the judge's cost and attempts, and on a fail call the
+    cascade's next model."""
     ctx, request, route, router, body = turn.ctx, turn.request, turn.decided, turn.router, turn.body
     assert router is not None and body is not None
     steps: list[JudgedStep] = []
-    all_attempts = list(turn.attempts)
+    step_attempts = list(turn.attempts)
+    all_attempts: list[AttemptRecord] = []
     while True:
         verdict = await ask_judge(
-            ctx.backends,
-            router,
-            ctx.settings.judge_timeout_s,
-            route.decision_id,
-            target.name,
-            request.text(),
-            answer_text(payload),
+            ctx, router, route.decision_id, target.name, request.text(), answer_text(payload)
         )
-        steps.append(JudgedStep(target.name, verdict.score, verdict.passed, cost))
-        reward = None if verdict.score is None else reward_for(verdict.score, router)
-        if verdict.score is None or verdict.passed or len(steps) >= ctx.settings.judge_max_steps:
-            if reward is not None:
-                step = FeedbackReport(
-                    decision_id=route.decision_id, model=target.name, kind="cascade-step", reward=reward
-                )
-                await record_feedback(ctx, turn.tenant, [step])
-            break
+        cost = answer_cost(target, request, payload, CHAT_PATH) + verdict.cost
+        await record_call(turn, target, [*step_attempts, *verdict.attempts], cost)
+        all_attempts.extend([*step_attempts, *verdict.attempts])
+        steps.append(JudgedStep(target.name, verdict.score, verdict.passed, cost, verdict.cost))
+        called = [step.model for step in steps]
+        reachable = request.candidates or router.arms
+        if (
+            verdict.score is None
+            or verdict.passed
+            or len(steps) >= ctx.settings.judge_max_steps
+            or all(arm in called for arm in reachable)
+        ):
+            break  # this answer is served: its reward is the client's to give
         following = await next_step(
-            ctx, turn.tenant, route.decision_id, CascadeNextRequest(model=target.name, reward=reward)
+            ctx, turn.tenant, route.decision_id, CascadeNextRequest(model=target.name, reward=verdict.reward)
         )
         if following.stop or following.model is None:
             break
         step_route = route.model_copy(update={"model": following.model, "models": [following.model]})
-        step_attempts: list[AttemptRecord] = []
+        step_attempts = []
         try:
-            called = [step.model for step in steps]
             target, answer = await call_with_fallback(
                 turn, step_route, body, CHAT_PATH, step_attempts, False, called
             )
@@ -128,7 +132,4 @@ async def judged_cascade(turn: Turn, target: Target, payload: dict[str, Any], co
             break
         assert isinstance(answer, dict)
         payload = answer
-        cost = answer_cost(target, request, payload, CHAT_PATH)
-        await record_call(turn, target, step_attempts, cost)
-        all_attempts.extend(step_attempts)
     return Forwarded(route, target, payload, sum(s.cost for s in steps), all_attempts, judged=steps)

@@ -19,6 +19,7 @@ from app.routing.costs import record_answer
 from app.routing.decide import choose, decide, log_decision
 from app.routing.ensemble import forward_ensemble
 from app.routing.fallback import call_with_fallback
+from app.routing.judge import judges_answers
 from app.routing.stream import stream_answer
 from app.routing.turn import Turn
 
@@ -38,9 +39,9 @@ async def forward_json(turn: Turn) -> Forwarded:
         return await forward_ensemble(turn, body, path)
     target, payload = await call_with_fallback(turn, route, body, path, turn.attempts, stream=False)
     assert isinstance(payload, dict)
+    if judges_answers(turn.router) and path == CHAT_PATH:  # recorded step by step, judge included
+        return await judged_cascade(turn, target, payload)
     cost = await record_answer(turn, target, turn.attempts, payload, path)
-    if turn.router is not None and turn.router.judge_url and path == CHAT_PATH:
-        return await judged_cascade(turn, target, payload, cost)
     return Forwarded(route, target, payload, cost, turn.attempts)
 
 
@@ -53,6 +54,6 @@ async def forward_stream(turn: Turn) -> Stream | Forwarded:
     if turn.route is None:
         await decide(turn)
     route = turn.decided
-    if (route.mode == "set" and len(route.models) > 1) or (turn.router is not None and turn.router.judge_url):
+    if (route.mode == "set" and len(route.models) > 1) or judges_answers(turn.router):
         return await forward_json(replace(turn, body={**turn.body, "stream": False}))
     return await stream_answer(turn)

@@ -10,7 +10,9 @@ beyond). Each task sends the client's request to that model's backend; an answer
 feedback event through ``record_feedback`` (app/routing/feedback.py); a failed call is stored as
 ``failed`` with the error. Evaluators list the pending rows with ``GET /feedback/pending`` and post
 feedback of the row's kind (``query`` or ``shadow``), which folds as an observation of that kind;
-``POST /feedback`` then marks the row ``answered`` (``mark_answered``)."""
+``POST /feedback`` then marks the row ``answered`` (``mark_answered``). A router with a judge has each
+stored chat answer graded by it at once (``app.routing.judge.grade_probe``: the grade is the row's
+reward of its kind, the judge's cost is added to the row's cost event)."""
 
 from __future__ import annotations
 
@@ -25,11 +27,12 @@ from sqlalchemy import Exists, exists, select
 from app.backends import AttemptRecord, BackendFailure
 from app.context import AppContext
 from app.routing import shadow
-from app.routing.answers import Forwarded, Stream, contents, path_for
+from app.routing.answers import CHAT_PATH, Forwarded, Stream, contents, path_for
 from app.routing.costs import answer_cost
 from app.routing.decide import expected_costs
 from app.routing.fallback import load_target
 from app.routing.feedback import FeedbackReport, record_feedback
+from app.routing.judge import grade_probe
 from app.routing.probe_tasks import ProbeRunner
 from app.routing.turn import Turn
 from app.schemas import FeedbackAccepted, RouteRequest, RouteResponse
@@ -177,6 +180,12 @@ async def _call_and_store(ctx: AppContext, job: ProbeJob) -> None:
         # no probe to mark: look again now that the row is committed.
         if await session.scalar(select(graded(route.decision_id, model, job.kind))):
             await ctx.ledger.write(LedgerWrite(answered_probes=[(route.decision_id, model)]))
+        elif path == CHAT_PATH:  # not rated yet: the router's judge, if it has one, grades it now
+            await session.commit()  # no pooled connection held during the judge's call
+            text = _answer_text(payload)
+            cost += await grade_probe(
+                ctx, tenant, decision.router_id, route.decision_id, model, request.text(), text, kind=job.kind
+            )
         feedback = FeedbackReport(decision_id=route.decision_id, model=model, kind="cost", cost=cost)
         await record_feedback(ctx, tenant, [feedback])
 

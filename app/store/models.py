@@ -95,9 +95,11 @@ class Router(Base):
     seed: Mapped[int] = mapped_column(BigInteger, default=0)
     is_default: Mapped[bool] = mapped_column(Boolean, default=False)
     version: Mapped[int] = mapped_column(Integer, default=1)
-    # Gateway-driven cascades: an HTTP judge scores each answer; below the threshold the next model is called.
-    judge_url: Mapped[str | None] = mapped_column(Text, nullable=True)
-    judge_threshold: Mapped[float] = mapped_column(Float, default=0.5)
+    # Gateway-driven cascades: app.schemas.JudgeConfig's stored form ({"url"|"backend", "threshold", ...});
+    # a score below the threshold calls the next model. Null: no judge.
+    judge: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True, default=None)
+    # The judge measured on a labelled set (app/routing/judge_labels.py): {tpr, tnr, pearson, n, ...}
+    judge_measured: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True, default=None)
     # {"strategy", "max_tokens"} of embeddings.prompt_text.EmbedText; null = the default rule
     embed_text: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True, default=None)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

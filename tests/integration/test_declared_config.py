@@ -424,7 +424,12 @@ async def test_export_then_apply_on_an_empty_database_reproduces_the_catalog(
             f"BANDITGATE_KEY_BETA_KEY_{unnamed['id']}": unnamed["key"],  # exported as key-<id>
         }
         routers = [
-            {"name": "main", "arms": ["openai/gpt-4o", "small"], "is_default": True},  # the default policy
+            {  # the default policy
+                "name": "main",
+                "arms": ["openai/gpt-4o", "small"],
+                "is_default": True,
+                "judge": {"backend": "small", "rubric": "answers the question", "threshold": 0.6},
+            },
             {
                 "name": "safe",
                 "policy": "linucb",
@@ -432,8 +437,7 @@ async def test_export_then_apply_on_an_empty_database_reproduces_the_catalog(
                 "arms": ["openai/gpt-4o", "small"],
                 "reward_range": [-1, 1],
                 "seed": 7,
-                "judge_url": "http://127.0.0.1:9/judge",
-                "judge_threshold": 0.7,
+                "judge": {"url": "http://127.0.0.1:9/judge", "threshold": 0.7},
                 "embed_text": {"strategy": "last-user-first", "max_tokens": 64},
             },
         ]

@@ -4,7 +4,9 @@ mounted as replay backends), for kNN-UCB and PromptWise, against the offline rep
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -12,10 +14,10 @@ import pytest
 from app.main import create_app
 from bench.cli import main as bench_main
 from bench.dataset import load_dataset
-from bench.e2e import Gateway, compare
+from bench.e2e import Comparison, Gateway, compare
 from bench.policy_spec import parse_spec
 from bench.run_command import dataset_embeddings
-from tests.conftest import ADMIN_KEY, TEST_DATA, Stack
+from tests.conftest import ADMIN_KEY, REDIS_URL, TEST_DATA, Stack, fresh_pg_database
 from tests.served import served
 
 pytestmark = pytest.mark.slow
@@ -34,30 +36,38 @@ def mmlu300(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-async def test_service_matches_the_offline_replay(pg_stack: Stack, mmlu300: Path, tmp_path: Path) -> None:
+async def compared(
+    stack: Stack,
+    mmlu300: Path,
+    tmp_path: Path,
+    specs: list[str],
+    horizon: int,
+    seeds: list[int],
+    **options: Any,
+) -> list[Comparison]:
+    """``bench e2e``'s comparison of ``specs`` through a gateway on ``stack`` serving the fixture as replay
+    backends, at most one gateway-driven cascade step per model (as the simulator bounds an adaptive
+    cascade)."""
     dataset = load_dataset(mmlu300)
     embeddings = dataset_embeddings(dataset, "hashing", cache_dir=tmp_path, progress=False)
-    # one gateway-driven cascade step per model at most, as the simulator bounds an adaptive cascade
     replay_key = "rpl_e2e-test-key"
-    settings = pg_stack.settings(
+    settings = stack.settings(
         replay_dataset=str(mmlu300), replay_api_key=replay_key, judge_max_steps=len(dataset.models)
     )
     app = create_app(settings)
     async with app.router.lifespan_context(app), served(app) as url:
         gateway = Gateway(url, ADMIN_KEY, f"{url}/replay", backends_key=replay_key)
         try:
-            results = await compare(
-                gateway,
-                dataset,
-                embeddings,
-                [parse_spec("knn-ucb"), parse_spec("promptwise")],
-                HORIZON,
-                SEEDS,
-                LAMBDA,
-                progress=False,
+            policies = [parse_spec(spec) for spec in specs]
+            return await compare(
+                gateway, dataset, embeddings, policies, horizon, seeds, LAMBDA, progress=False, **options
             )
         finally:
             await gateway.close()
+
+
+async def test_service_matches_the_offline_replay(pg_stack: Stack, mmlu300: Path, tmp_path: Path) -> None:
+    results = await compared(pg_stack, mmlu300, tmp_path, ["knn-ucb", "promptwise"], HORIZON, SEEDS)
 
     for result in results:
         summary = result.summary()
@@ -81,3 +91,24 @@ async def test_service_matches_the_offline_replay(pg_stack: Stack, mmlu300: Path
     assert all(1.0 < calls < 2.0 for calls in promptwise.service_calls)
     assert knn.service_calls == [1.0] * len(SEEDS)
     assert np.mean(promptwise.service_cost) < np.mean(knn.service_cost)
+
+
+@pytest.fixture
+def own_pg_stack() -> Iterator[Stack]:
+    """A database of its own: backends are global and named as the dataset's models, so a gateway on
+    another port finds the other test's registered at its old address."""
+    with fresh_pg_database() as url:
+        yield Stack("postgres", url, REDIS_URL)
+
+
+async def test_a_cascade_judged_by_a_backend_inside_the_gateway_matches_the_replay(
+    own_pg_stack: Stack, mmlu300: Path, tmp_path: Path
+) -> None:
+    """PromptWise's cascades judged by the replay backends' replay-judge (a backend judge of the logged
+    grades, asked with the shipped prompt) stop where the replay's labels stop them: every round's reward
+    is the simulator's; the calls' cost matches it and the judge's cost is reported apart."""
+    (result,) = await compared(own_pg_stack, mmlu300, tmp_path, ["promptwise"], 100, [0], judge_backend=True)
+    assert result.rounds_differing == 0 and result.service_reward == result.offline_reward
+    np.testing.assert_allclose(result.service_cost, result.offline_cost, rtol=1e-3)
+    assert 1.0 < result.service_calls[0] < 2.0  # some cascades went on to GPT-4
+    assert result.service_judge_cost > 0.0
