@@ -26,6 +26,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "bench.split",
     "bench.gateway_bench",
     "bench.frontier",
+    "bench.references_at",
     "bench.rate_limit_load",
 )
 

@@ -380,6 +380,17 @@ def add_replay_arguments(parser: argparse.ArgumentParser, seeds: int) -> None:
         default=0.0,
         help="reward units per USD (utility = reward - lambda * cost); cost-aware policies: cost_weight",
     )
+    add_embedding_arguments(parser)
+    parser.add_argument(
+        "--success-threshold",
+        type=float,
+        default=None,
+        help="a call succeeds at this reward (default midpoint); a Decision's info['success_threshold'] wins",
+    )
+
+
+def add_embedding_arguments(parser: argparse.ArgumentParser) -> None:
+    """How the prompts are embedded: the embedder, its cache folder and the embed-text rule."""
     parser.add_argument("--embedder", default="minilm", help="embedder name (default minilm)")
     parser.add_argument(
         "--cache-dir",
@@ -394,12 +405,6 @@ def add_replay_arguments(parser: argparse.ArgumentParser, seeds: int) -> None:
         metavar="STRATEGY[:MAX_TOKENS]",
         help=f"what of each prompt is embedded: {', '.join(STRATEGIES)} (default {DEFAULT_STRATEGY}, the "
         "embedder's whole budget; the gateway's router default); see embeddings/prompt_text.py",
-    )
-    parser.add_argument(
-        "--success-threshold",
-        type=float,
-        default=None,
-        help="a call succeeds at this reward (default midpoint); a Decision's info['success_threshold'] wins",
     )
 
 

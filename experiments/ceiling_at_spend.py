@@ -21,18 +21,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from bench.frontier import mixing_frontier
+from bench.references_at import hull_reward_at
 
 
 def ceiling_at(points: list[dict[str, Any]], spend: float) -> float:
     """The knn-ceiling's reward at ``spend`` on the hull of its per-lambda points (module doc)."""
-    hull = mixing_frontier([(float(p["cost"]), float(p["reward"])) for p in points])
-    costs, rewards = zip(*hull, strict=True)
-    if spend < costs[0]:
-        raise ValueError(f"spend {spend} is below the ceiling's cheapest point {costs[0]}")
-    return float(np.interp(spend, costs, rewards))
+    reward = hull_reward_at([(float(p["cost"]), float(p["reward"])) for p in points], spend)
+    if reward is None:
+        raise ValueError(f"spend {spend} is below the ceiling's cheapest point")
+    return reward
 
 
 def main() -> None:

@@ -10,11 +10,7 @@ import pytest
 
 from bench.cli import main
 from bench.frontier import lambda_grid, mixing_frontier
-from replay_dataset.files import write_dataset
-
-# per prompt: (reward of A, reward of B); A costs 0.001 USD a call, B 0.004
-REWARDS = [(1.0, 1.0), (0.0, 1.0), (0.0, 0.0), (1.0, 0.0), (0.5, 1.0), (0.0, 1.0)]
-CONTEXTS = [[1, 0], [0.9, 0.1], [0.5, 0.5], [0.1, 0.9], [0, 1], [0.7, 0.3]]
+from tests.unit.bench.tiny_two_model_set import write_tiny_set
 
 
 def lambda_grid_for_tiny() -> list[float]:
@@ -24,15 +20,7 @@ def lambda_grid_for_tiny() -> list[float]:
 
 @pytest.fixture
 def tiny_set(tmp_path: Path) -> Path:
-    models = [
-        {"name": name, "usd_per_call": price, "default_tokens_out": 0}
-        for name, price in (("A", 0.001), ("B", 0.004))
-    ]
-    rows = [
-        {"id": f"p{i}", "prompt": f"prompt {i}", "rewards": {"A": a, "B": b}, "context": CONTEXTS[i]}
-        for i, (a, b) in enumerate(REWARDS)
-    ]
-    return write_dataset(tmp_path / "tiny", models, rows, (0.0, 1.0), "tiny frontier set")
+    return write_tiny_set(tmp_path / "tiny")
 
 
 def test_frontier_points_are_the_hand_computed_ones(tiny_set: Path, tmp_path: Path) -> None:
