@@ -367,6 +367,41 @@ async def set_priors(
     news.routers[row.id] = row.version
 
 
+JUDGE_RATES = ("judge_tpr", "judge_tnr")
+
+
+async def set_judge_rates(
+    session: AsyncSession,
+    row: Router,
+    tpr: float | None,
+    tnr: float | None,
+    embedding_dim: int,
+    news: Announcements,
+) -> None:
+    """Set the router's ``judge_tpr`` / ``judge_tnr`` hyperparameters to a judge's measured rates (the
+    Bayes correction of routers/logistic_ucb.py). 422 when a rate could not be measured (the labels
+    held no success, or no failure) or the policy takes no such hyperparameter. The policy relearns
+    from the log, as after any change of hyperparameters."""
+    if tpr is None or tnr is None:
+        raise Invalid(
+            "the labels need both a success and a failure the judge scored to measure TPR and TNR",
+            param="body.apply",
+        )
+    hp = {**(row.hyperparameters or {}), JUDGE_RATES[0]: tpr, JUDGE_RATES[1]: tnr}
+    try:
+        await validate_router(
+            session, row.policy, list(row.arms), row.seed, hp, embedding_dim, arm_references=False
+        )
+    except Invalid as exc:
+        raise Invalid(
+            f"policy {row.policy!r} cannot take the measured rates: {exc.message}", param="body.apply"
+        ) from exc
+    row.hyperparameters = hp
+    row.version += 1
+    await session.flush()
+    news.routers[row.id] = row.version
+
+
 async def clear_other_defaults(session: AsyncSession, tenant: Tenant, keep: Router) -> None:
     await session.execute(
         update(Router).where(Router.tenant_id == tenant.id, Router.id != keep.id).values(is_default=False)

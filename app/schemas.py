@@ -245,6 +245,11 @@ class JudgeLabels(Strict):
     """A labelled set to measure a router's judge on (docs/guide.md, "Judges")."""
 
     labels: list[JudgeLabel] = Field(min_length=1, max_length=MAX_JUDGE_LABELS)
+    apply: bool = Field(
+        False,
+        description="also set the router's judge_tpr / judge_tnr hyperparameters to the measured rates "
+        "(policies that correct for the judge: promptwise); the policy relearns from the log",
+    )
 
 
 class JudgeMeasured(BaseModel):

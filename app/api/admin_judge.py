@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from fastapi import APIRouter
-from sqlalchemy import update
 
+from app import catalog_admin
 from app.api.deps import AdminOnly, Ctx, Session
-from app.catalog_admin import get_router, get_tenant
+from app.catalog_admin import Announcements, deliver, get_router, get_tenant
 from app.input_types import Text
 from app.routing.judge_labels import measure_judge
 from app.schemas import JudgeLabels, JudgeMeasured
-from app.store.models import Router
 
 router = APIRouter(
     prefix="/admin/tenants/{tenant}/routers", tags=["admin: routers"], dependencies=[AdminOnly]
@@ -23,12 +22,18 @@ async def measure_router_judge(
 ) -> JudgeMeasured:
     """Run the router's judge on each labelled (prompt, answer, reward) and answer its TPR, TNR and
     Pearson correlation with the true rewards; they are kept as the router's ``judge`` stats (GET
-    .../stats) until the next measurement. Set PromptWise's ``judge_tpr`` / ``judge_tnr`` from them."""
+    .../stats) until the next measurement. With ``apply: true`` they also become the router's
+    ``judge_tpr`` / ``judge_tnr`` (PromptWise's Bayes correction; 422, nothing stored, when the policy
+    takes no such hyperparameter or a rate could not be measured)."""
     owner = await get_tenant(session, tenant)
     row = await get_router(session, owner, name)
     await session.commit()  # no pooled connection held during the judge's calls
     result = await measure_judge(ctx, row, body.labels)
-    stored = result.model_dump(mode="json")
-    await session.execute(update(Router).where(Router.id == row.id).values(judge_measured=stored))
+    news = Announcements()
+    row = await get_router(session, owner, name)
+    if body.apply:
+        await catalog_admin.set_judge_rates(session, row, result.tpr, result.tnr, ctx.embeddings.dim, news)
+    row.judge_measured = result.model_dump(mode="json")
     await session.commit()
+    await deliver(ctx, news)
     return result

@@ -310,6 +310,18 @@ async def test_an_admin_measures_the_judge_on_labels(stack: Stack, tmp_path: Pat
         stats = await client.get(f"{path}/stats", headers=admin_headers())
         assert stats.status_code == 200 and stats.json()["judge"] == measured
 
+        # the measured rates as PromptWise's Bayes correction: refused by a policy without one
+        apply = body | {"apply": True}
+        refused = await client.post(f"{path}/judge/labels", json=apply, headers=admin_headers())
+        assert refused.status_code == 422 and "cannot take the measured rates" in refused.text
+        changed = await client.patch(path, json={"policy": "promptwise"}, headers=admin_headers())
+        assert changed.status_code == 200, changed.text
+        applied = await client.post(f"{path}/judge/labels", json=apply, headers=admin_headers())
+        assert applied.status_code == 200, applied.text
+        shown = (await client.get(path, headers=admin_headers())).json()["hyperparameters"]
+        assert (shown["judge_tpr"], shown["judge_tnr"]) == (1.0, 0.5)
+        measured = applied.json()
+
         bad = {
             "reward outside the range": {"labels": [{"prompt": HARD, "answer": "x", "reward": 2.0}]},
             "no labels": {"labels": []},
