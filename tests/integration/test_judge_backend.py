@@ -218,6 +218,32 @@ async def test_a_pending_probe_is_graded_by_the_routers_judge(stack: Stack, tmp_
         assert (await client.get("/feedback/pending", headers=bearer(key))).json()["probes"] == []
 
 
+async def test_a_shadow_answer_is_graded_by_the_routers_judge(stack: Stack, tmp_path: Path) -> None:
+    """A router that shadows every decision: the shadow call's stored answer is graded by the judge at
+    once, as a ``shadow`` reward (evidence, never the served answer's), and is no longer pending."""
+    app = gateway_app(stack)
+    async with served(replay(write_dataset(tmp_path))) as url, running(app) as client:
+        judge = await add(client, f"{url}/{REPLAY_JUDGE}/v1", REPLAY_JUDGE)
+        key, cheap, dear, _ = await judged_tenant(
+            client, url, judge, policy="greedy", hyperparameters={"shadow": 1.0}
+        )
+        done = (await client.post("/route", json=chat(EASY), headers=bearer(key))).json()
+        other = dear if done["backend"] == cheap else cheap
+        await drain(app)
+        probes = await probes_of(app, done["decision_id"])
+        assert (probes[other].kind, probes[other].status) == ("shadow", "answered")
+        events = {(e.model, e.kind): e for e in await events_of(app, done["decision_id"])}
+        name = "dear" if other == dear else "cheap"
+        reward, answer = LOGGED[(name, EASY)]
+        assert events[(other, "shadow")].reward == reward
+        assert (other, "bandit") not in events and (other, "query") not in events
+        reply = json.dumps({"score": reward})
+        assert events[(other, "cost")].cost == pytest.approx(
+            answer_cost(name, EASY) + judge_cost(EASY, answer, reply)
+        )
+        assert (await client.get("/feedback/pending", headers=bearer(key))).json()["probes"] == []
+
+
 async def test_judge_configuration_is_checked(sqlite_stack: Stack, fake: FakeBackends) -> None:
     app = gateway_app(sqlite_stack)
     async with running(app) as client:
