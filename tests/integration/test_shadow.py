@@ -22,7 +22,7 @@ from tests.fake_backend import FakeBackends
 from tests.integration.test_forwarding import PROMPT, USAGE_COST, add_backend, add_tenant, gateway_app
 from tests.integration.test_probes import drain, forward_body, probes_of
 
-SLOW_S = 3.0  # the shadow backend's delay: the client's answer must not wait for it
+SLOW_S = 5.0  # the shadow backend's delay: the client's answer must not wait for it
 
 
 async def shadow_tenant(
