@@ -24,9 +24,8 @@ from app.context import AppContext
 from app.routing.shadow import SHADOW, budget_of, spent_last_day
 from app.store.models import DecisionRow, Probe, Router
 from app.timewindow import Window
+from routers.shadow import SHADOW_KEYS
 from routers.trusted_report import evidence_report
-
-SHADOW_KEYS = ("shadow", "shadow_usd_per_day")
 
 
 async def shadow_stats(

@@ -47,8 +47,8 @@ rule above (the wrapper still samples). BALROG's active-learning queries (``Deci
 mechanism under the policy's own rule and budget (``query_budget`` of the rounds); a shadow call adds to
 them, never replaces them, and never names a model they already query.
 
-``shadow_usd_per_day`` caps the shadow spend per UTC day; the caller enforces it (it holds the clock and
-the ledger), the policy only carries it in its config.
+``shadow_usd_per_day`` caps the shadow spend over any 24 hours; the caller enforces it (it holds the clock
+and the ledger: app/routing/shadow.py), the policy only carries it in its config.
 """
 
 from __future__ import annotations
@@ -92,7 +92,8 @@ class ShadowHyperparameters(Hyperparameters):
         None, description="S: the fraction of decisions that also call one shadow model; null or 0: none"
     )
     shadow_usd_per_day: NonNegative | None = Field(
-        None, description="the most USD the shadow calls may spend per UTC day (enforced by the gateway)"
+        None,
+        description="the most USD the shadow calls may spend over any 24 hours (enforced by the gateway)",
     )
 
 

@@ -15,7 +15,7 @@ belong to no decision: their cost is reported, not counted in the router's spend
 from __future__ import annotations
 
 import asyncio
-import math
+import statistics
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
@@ -38,17 +38,12 @@ def threshold_reward(router: Router) -> float:
 
 
 def pearson(xs: Sequence[float], ys: Sequence[float]) -> float | None:
-    """Pearson's correlation of paired samples; None under two pairs or with no spread in either."""
-    n = len(xs)
-    if n < 2:
+    """Pearson's correlation of paired samples (``statistics.correlation``); None under two pairs or with
+    no spread in either."""
+    try:
+        return statistics.correlation(xs, ys)
+    except statistics.StatisticsError:
         return None
-    mx, my = sum(xs) / n, sum(ys) / n
-    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
-    sxx = sum((x - mx) ** 2 for x in xs)
-    syy = sum((y - my) ** 2 for y in ys)
-    if sxx <= 0 or syy <= 0:
-        return None
-    return sxy / math.sqrt(sxx * syy)
 
 
 def rate(hits: int, total: int) -> float | None:

@@ -32,7 +32,7 @@ from app.store.ledger import LedgerWrite
 from app.store.models import Probe, utcnow
 
 SHADOW = "shadow"
-BUDGET_KEY = "shadow_usd_per_day"
+BUDGET_KEY = "shadow_usd_per_day"  # a field of routers.shadow.ShadowHyperparameters
 BUDGET_PERIOD = timedelta(days=1)
 GRADABLE = ("pending", "answered")  # a shadow call that answered: failed and refused ones did not
 
