@@ -104,13 +104,14 @@ async def judged_cascade(turn: Turn, target: Target, payload: dict[str, Any]) ->
             ctx, router, route.decision_id, target.name, request.text(), answer_text(payload)
         )
         cost = answer_cost(target, request, payload, CHAT_PATH) + verdict.cost
-        await record_call(turn, target, [*step_attempts, *verdict.attempts], cost)
+        kept = await record_call(turn, target, [*step_attempts, *verdict.attempts], cost)
         all_attempts.extend([*step_attempts, *verdict.attempts])
         steps.append(JudgedStep(target.name, verdict.score, verdict.passed, cost, verdict.cost))
         called = [step.model for step in steps]
         reachable = request.candidates or router.arms
         if (
-            verdict.score is None
+            not kept  # the router was deleted meanwhile: no cascade to go on with
+            or verdict.score is None
             or verdict.passed
             or len(steps) >= ctx.settings.judge_max_steps
             or all(arm in called for arm in reachable)

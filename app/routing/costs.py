@@ -5,15 +5,18 @@ turn's decision when it is not written yet."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable
 from typing import Any
 
 from app import metrics
 from app.backends import AttemptRecord, Target
 from app.context import AppContext
 from app.routing.answers import CHAT_PATH, IMAGE_PATH, answer_chars, answer_text, mixture_output
+from app.routing.errors import NotFound
 from app.routing.feedback import FeedbackReport, store_feedback
 from app.routing.turn import Turn
 from app.schemas import RouteRequest
+from app.store.ledger import OwnerDeleted
 from routers.prices import call_cost, whole_tokens
 
 log = logging.getLogger(__name__)
@@ -23,8 +26,28 @@ async def save_attempts(turn: Turn, attempts: list[AttemptRecord]) -> None:
     """Commit the attempts (with the turn's decision when it is not written yet) through the ledger."""
     write = turn.unwritten()
     write.attempts = attempt_rows(turn.decided.decision_id, attempts)
-    await turn.ctx.ledger.write(write)
-    count_written(turn)
+    if await kept(turn, turn.ctx.ledger.write(write)):
+        count_written(turn)
+
+
+async def kept(turn: Turn, write: Awaitable[object]) -> bool:
+    """Await a write made after the backends were called; False when the turn's router or tenant was
+    deleted while they were (``OwnerDeleted``, or ``NotFound`` from the feedback's check of its
+    decision): the call happened, so its answer (or its error) still goes to the client, and nothing of
+    it is kept, as the deletion would have removed it."""
+    try:
+        await write
+    except (OwnerDeleted, NotFound) as exc:
+        router = turn.router.name if turn.router is not None else "(direct)"
+        log.warning(
+            "decision %s of tenant %r, router %r: not recorded, deleted during the call (%s)",
+            turn.decided.decision_id,
+            turn.tenant.name,
+            router,
+            exc,
+        )
+        return False
+    return True
 
 
 def attempt_rows(decision_id: str, attempts: list[AttemptRecord]) -> list[dict[str, Any]]:
@@ -48,7 +71,7 @@ async def record_call(
     attempts: list[AttemptRecord],
     cost: float | None,
     output_text: str | None = None,
-) -> None:
+) -> bool:
     """Store the attempts, mark who answered, and record the cost event (when the call completed), in
     one ledger transaction, which also writes the turn's decision when it is not written yet (a
     forwarded request's, with its counter's increment, so such a request commits once): the ledger
@@ -58,22 +81,26 @@ async def record_call(
     order.
 
     Everything that may wait on something else (the router from the catalog, a mixture answer's
-    embedding) happens before the write."""
+    embedding) happens before the write. False when nothing was kept (``kept``: the router or tenant
+    was deleted during the call)."""
     ctx, decision_id = turn.ctx, turn.decided.decision_id
     write = turn.unwritten()
     write.info = (decision_id, {"answered_by": target.name})
     write.attempts = attempt_rows(decision_id, attempts)
     if cost is None:
-        await ctx.ledger.write(write)
+        written = await kept(turn, ctx.ledger.write(write))
     else:
         feedback = await cost_event(ctx, decision_id, target.name, cost, output_text)
         row = turn.decision.row()
         # as feedback reads it: the catalog's router by id (cached; the client's feedback finds it there)
         router = await ctx.catalog.router_by_id(turn.router.id) if turn.router is not None else None
-        await store_feedback(
+        stored = store_feedback(
             ctx, turn.tenant, [(feedback, row, router, target.name)], wait=False, alongside=write
         )
-    count_written(turn)
+        written = await kept(turn, stored)
+    if written:
+        count_written(turn)
+    return written
 
 
 async def record_answer(

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from sqlalchemy import select
@@ -18,10 +19,10 @@ from app import metrics
 from app.context import AppContext
 from app.embedding import prompt_hash
 from app.jsonable import jsonable
-from app.routing.errors import Invalid, TooLarge
+from app.routing.errors import Invalid, NotFound, TooLarge
 from app.routing.turn import MadeDecision, Turn
 from app.schemas import RouteRequest, RouteResponse
-from app.store.ledger import LedgerWrite
+from app.store.ledger import LedgerWrite, OwnerDeleted
 from app.store.models import DecisionRow, Router, Tenant, utcnow
 from embeddings.prompt_text import EmbedText
 from routers.base import Context, Decision, KeyedRng, Policy, counter_use, generator_key
@@ -29,6 +30,8 @@ from routers.prices import call_cost, estimated_tokens
 
 log = logging.getLogger(__name__)
 
+
+Written = TypeVar("Written")
 
 DIRECT = "direct"  # the mode (and policy) of a decision that called a backend by name
 
@@ -90,7 +93,7 @@ async def decide_direct(turn: Turn, backend: str) -> RouteResponse:
         "created_at": utcnow(),
     }
     turn.made = MadeDecision(direct, DIRECT_LABEL)
-    await ctx.ledger.write(turn.unwritten())
+    await written_before_call(turn, ctx.ledger.write(turn.unwritten()))
     count_written(turn)
     turn.route = RouteResponse(
         decision_id=decision_id,
@@ -117,8 +120,18 @@ async def log_decision(turn: Turn) -> None:
     """Write the turn's decision through the ledger (app/store/ledger.py), its counter's increment in
     the same transaction, unless it is written already (an ``exact`` policy's, by ``choose``)."""
     if not turn.written:
-        await turn.ctx.ledger.write(turn.unwritten())
+        await written_before_call(turn, turn.ctx.ledger.write(turn.unwritten()))
         count_written(turn)
+
+
+async def written_before_call(turn: Turn, write: Awaitable[Written]) -> Written:
+    """Await the write of a decision made before any backend is called; a 404 when its tenant or
+    router was deleted since the request found it (``OwnerDeleted``): nothing was called or kept."""
+    try:
+        return await write
+    except OwnerDeleted as exc:
+        owner = f"router {turn.router.name!r}" if turn.router is not None else f"tenant {turn.tenant.name!r}"
+        raise NotFound(f"{owner} was deleted while this request was being routed") from exc
 
 
 def count_written(turn: Turn) -> None:
@@ -155,9 +168,10 @@ async def choose(turn: Turn) -> RouteResponse:
     prompt = Prompt(text, prompt_hash(text), embedding, costs)
     use = counter_use(runtime.policy)
     if use == "exact":
-        made = await ctx.ledger.counted(
+        counted = ctx.ledger.counted(
             router.id, lambda counts: _written(ask(turn, runtime.policy, prompt, counts))
         )
+        made = await written_before_call(turn, counted)
         turn.route, turn.made = made
         count_written(turn)
         return turn.route

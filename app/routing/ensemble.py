@@ -7,7 +7,7 @@ from typing import Any
 
 from app.backends import AttemptRecord, BackendFailure, Target
 from app.routing.answers import Forwarded, Member
-from app.routing.costs import answer_cost, attempt_rows, save_attempts
+from app.routing.costs import answer_cost, attempt_rows, kept, save_attempts
 from app.routing.fallback import gave_up, load_target
 from app.routing.feedback import FeedbackReport, resolve_feedback, store_feedback
 from app.routing.turn import Turn
@@ -57,7 +57,12 @@ async def forward_ensemble(turn: Turn, body: dict[str, Any], path: str) -> Forwa
         FeedbackReport(decision_id=route.decision_id, model=t.name, kind="cost", cost=c)
         for t, _, c in answered
     ]
-    resolved = await resolve_feedback(ctx, tenant, costs)
-    write = LedgerWrite(info=(route.decision_id, marks), attempts=attempt_rows(route.decision_id, attempts))
-    await store_feedback(ctx, tenant, resolved, wait=False, alongside=write)
+
+    async def record() -> None:
+        resolved = await resolve_feedback(ctx, tenant, costs)
+        info = (route.decision_id, marks)
+        write = LedgerWrite(info=info, attempts=attempt_rows(route.decision_id, attempts))
+        await store_feedback(ctx, tenant, resolved, wait=False, alongside=write)
+
+    await kept(turn, record())
     return Forwarded(route, first, payload, cost, attempts, members)

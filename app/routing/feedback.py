@@ -17,7 +17,7 @@ from app.routing import shadow
 from app.routing.decide import DIRECT_LABEL
 from app.routing.errors import Invalid, NotFound, TooLarge
 from app.schemas import FeedbackAccepted
-from app.store.ledger import LedgerError, LedgerWrite
+from app.store.ledger import LedgerError, LedgerWrite, OwnerDeleted
 from app.store.models import DecisionRow, FeedbackEvent, Router, Tenant
 
 
@@ -49,18 +49,24 @@ async def record_feedback(
     The decisions may come from the ledger's memory of what it committed (``recent``), which cannot see
     a deletion on another replica whose message was lost: when the write fails while memory holds one
     of them, they are forgotten and the items resolved again from the database, once (a decision
-    deleted since is then a 404, as without memory)."""
+    deleted since is then a 404, as without memory). So is one deleted between its check and the
+    write (``OwnerDeleted``)."""
     resolved = await resolve_feedback(ctx, tenant, items)
     try:
         return await store_feedback(ctx, tenant, resolved, wait=True)
-    except LedgerError:
+    except LedgerError as exc:
         recent = ctx.ledger.recent
         ids = [item.decision_id for item in items]
-        if recent is None or not recent.holds_any(ids):
+        remembered = recent is not None and recent.holds_any(ids)
+        if not remembered and not isinstance(exc, OwnerDeleted):
             raise
-        recent.forget(ids)
+        if recent is not None and remembered:
+            recent.forget(ids)
     resolved = await resolve_feedback(ctx, tenant, items, remembered=False)
-    return await store_feedback(ctx, tenant, resolved, wait=True)
+    try:
+        return await store_feedback(ctx, tenant, resolved, wait=True)
+    except OwnerDeleted as exc:
+        raise NotFound("a decision of these events was deleted while they were written") from exc
 
 
 async def resolve_feedback(

@@ -212,6 +212,12 @@ class LedgerError(Exception):
     500)."""
 
 
+class OwnerDeleted(LedgerError):
+    """A write the database refused by a foreign key: a row names a tenant, router or decision that no
+    longer exists (deleted while the request that made the write was in flight). The request path
+    answers it as the deletion would have: nothing of the deleted owner is kept."""
+
+
 class LedgerClosed(LedgerError):
     """A write after the ledger was closed (the process is shutting down)."""
 

@@ -47,6 +47,7 @@ from app.store.ledger import (
     Ledger,
     LedgerClosed,
     LedgerError,
+    OwnerDeleted,
     PreparedWrite,
     Queued,
     Served,
@@ -80,6 +81,8 @@ def refused(exc: BaseException) -> Exception:
     cannot be reached, else a ``LedgerError``."""
     if unreachable(exc):
         return DatabaseUnavailable(f"the ledger's database is unavailable: {exc!r}")
+    if isinstance(exc, asyncpg.ForeignKeyViolationError):
+        return OwnerDeleted(f"Postgres refused the write, its owner is gone: {exc}")
     return LedgerError(f"Postgres refused the write: {exc}")
 
 
@@ -261,7 +264,7 @@ class PostgresLedger(Ledger):
             if unreachable(exc):
                 raise
             if len(batch) == 1:
-                return [LedgerError(f"Postgres refused the write: {exc}")]
+                return [refused(exc)]
         outcomes: list[Served] = []
         for write in batch:  # the batch failed: each write alone, so one bad write fails only itself
             try:
@@ -269,7 +272,7 @@ class PostgresLedger(Ledger):
             except asyncpg.PostgresError as exc:
                 if unreachable(exc):
                     raise
-                outcomes.append(LedgerError(f"Postgres refused the write: {exc}"))
+                outcomes.append(refused(exc))
         return outcomes
 
     async def _statement(self, batch: Sequence[PreparedWrite]) -> list[list[int | None]]:

@@ -57,6 +57,7 @@ from app.store.ledger import (
     Ledger,
     LedgerClosed,
     LedgerError,
+    OwnerDeleted,
     PreparedWrite,
     Queued,
     Read,
@@ -111,6 +112,14 @@ def connect_inline(path: str) -> sqlite3.Connection:
 
 def _never_busy() -> bool:
     return False
+
+
+def refused_write(exc: BaseException) -> LedgerError:
+    """The error of a write SQLite refused: ``OwnerDeleted`` for a foreign key (its tenant, router or
+    decision was deleted meanwhile), else a ``LedgerError``."""
+    if isinstance(exc, sqlite3.IntegrityError) and "FOREIGN KEY" in str(exc):
+        return OwnerDeleted(f"SQLite refused the write, its owner is gone: {exc}")
+    return LedgerError(f"SQLite refused the write: {exc}")
 
 
 class _Deferred:
@@ -211,7 +220,7 @@ class SqliteLedger(Ledger):
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             self._rollback(conn)
-            raise LedgerError(f"SQLite refused the write: {exc}") from exc
+            raise refused_write(exc) from exc
         except BaseException:
             self._rollback(conn)
             raise
@@ -277,9 +286,9 @@ class SqliteLedger(Ledger):
                 raise _LockHeld from exc
             if not isinstance(exc, sqlite3.Error):
                 log.exception("ledger: an inline item failed")
-            return LedgerError(
-                f"SQLite refused the {'write' if isinstance(item, PreparedWrite) else 'read'}: {exc}"
-            )
+            if isinstance(item, PreparedWrite):
+                return refused_write(exc)
+            return LedgerError(f"SQLite refused the read: {exc}")
 
     def _after_inline_commit(self) -> None:
         """Ask for a checkpoint in a worker thread every ``inline_checkpoint_commits`` inline commits
@@ -357,7 +366,7 @@ class SqliteLedger(Ledger):
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             self._rollback(conn)
-            return LedgerError(f"SQLite refused the write: {exc}")
+            return refused_write(exc)
         self.commits += 1
         return ids
 
@@ -380,14 +389,14 @@ class SqliteLedger(Ledger):
         except sqlite3.Error as exc:
             self._rollback(self._conn)
             if len(batch) == 1:
-                return [LedgerError(f"SQLite refused the write: {exc}")]
+                return [refused_write(exc)]
         outcomes: list[Served] = []
         for write in batch:  # the batch failed: each write alone, so one bad write fails only itself
             try:
                 outcomes.extend(self._transaction(self._conn, [write]))
             except sqlite3.Error as exc:
                 self._rollback(self._conn)
-                outcomes.append(LedgerError(f"SQLite refused the write: {exc}"))
+                outcomes.append(refused_write(exc))
         return outcomes
 
     def _read(self, conn: sqlite3.Connection, reads: Sequence[tuple[int, Read]]) -> dict[int, Served]:

@@ -18,7 +18,7 @@ from sqlalchemy import select
 
 from app.store.db import make_engine, make_ledger, make_sessionmaker
 from app.store.driver_sql import model_params
-from app.store.ledger import Ledger, LedgerClosed, LedgerError, LedgerWrite
+from app.store.ledger import Ledger, LedgerClosed, LedgerError, LedgerWrite, OwnerDeleted
 from app.store.ledger_sqlite import SqliteLedger
 from app.store.models import Attempt, DecisionRow, FeedbackEvent, Router, RouterCounter, Tenant
 from app.store.sqlite_settings import sqlite_path
@@ -229,13 +229,30 @@ async def test_a_bad_write_fails_alone(place: Place, ledger: Ledger) -> None:
         *(ledger.write(LedgerWrite(decision=d)) for d in good[2:]),
         return_exceptions=True,
     )
-    assert isinstance(outcomes[2], LedgerError)
+    assert isinstance(outcomes[2], OwnerDeleted)
     assert [o for i, o in enumerate(outcomes) if i != 2] == [[]] * 5
     async with place.sessions() as session:
         stored = await session.scalars(
             select(DecisionRow.id).where(DecisionRow.id.in_([d["id"] for d in good]))
         )
         assert len(stored.all()) == 5
+
+
+async def test_a_write_for_a_deleted_router_is_owner_deleted_and_other_refusals_are_not(
+    place: Place, ledger: Ledger
+) -> None:
+    kept = place.decision()
+    await ledger.write(LedgerWrite(decision=kept))
+    with pytest.raises(LedgerError) as duplicate:  # a primary key, not a foreign one
+        await ledger.write(LedgerWrite(decision=kept))
+    assert not isinstance(duplicate.value, OwnerDeleted)
+    async with place.sessions() as session:
+        await session.delete(await session.get(Router, place.router_id))
+        await session.commit()
+    with pytest.raises(OwnerDeleted, match="owner is gone"):
+        await ledger.write(LedgerWrite(decision=place.decision()))
+    with pytest.raises(OwnerDeleted):
+        await ledger.write(LedgerWrite(feedback=[place.feedback(kept["id"])]))
 
 
 async def test_close_commits_what_is_queued_and_refuses_later_writes(
