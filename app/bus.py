@@ -2,8 +2,10 @@
 
 ``RedisStreamBus`` appends to one Redis stream (XADD, approximately capped) and tails it (XREAD BLOCK) in
 each process. ``InProcessBus`` is the embedded default: publishing delivers to the handler at once, in
-the publishing process only (so the embedded default is one process). Both call one handler,
+the publishing process only (so the embedded default is one process). Both call each handler,
 ``handler(message)``, for every message, the process's own writes included.
+
+``start`` takes the process's handlers in order; each is called with every message.
 
 ``publish`` returns once the message is sent; ``publish_soon`` returns once it is queued: the request
 path's feedback events (committed already: a client's answer then waits for its fold, the gateway's own
@@ -16,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 from redis.asyncio import Redis
@@ -31,8 +33,14 @@ CLOSE_GRACE_S = 2.0  # beyond a read's block time, how long close() waits for th
 ResyncHandler = Callable[[], Awaitable[None]]
 
 
+async def deliver(handlers: Sequence[Handler], message: Message) -> None:
+    """``message`` to each handler, in order."""
+    for handler in handlers:
+        await handler(message)
+
+
 class EventBus(Protocol):
-    async def start(self, handler: Handler, on_gap: ResyncHandler) -> None: ...
+    async def start(self, handlers: Sequence[Handler], on_gap: ResyncHandler) -> None: ...
 
     async def publish(self, message: Message) -> None: ...
 
@@ -45,21 +53,20 @@ class EventBus(Protocol):
 
 class InProcessBus:
     def __init__(self) -> None:
-        self._handler: Handler | None = None
+        self._handlers: Sequence[Handler] = ()
 
-    async def start(self, handler: Handler, on_gap: ResyncHandler) -> None:
-        self._handler = handler
+    async def start(self, handlers: Sequence[Handler], on_gap: ResyncHandler) -> None:
+        self._handlers = handlers
 
     async def publish(self, message: Message) -> None:
-        if self._handler is not None:
-            await self._handler(message)
+        await deliver(self._handlers, message)
 
     async def publish_soon(self, message: Message) -> None:
         """As ``publish``: the fold is all there is to send."""
         await self.publish(message)
 
     async def close(self) -> None:
-        self._handler = None
+        self._handlers = ()
 
     async def ping(self) -> bool:
         return True
@@ -82,7 +89,7 @@ class RedisStreamBus:
         self._last_id = "0-0"
         self._healthy_at_start = True
         self._stopping = False
-        self._handler: Handler | None = None
+        self._handlers: Sequence[Handler] = ()
         self._outbox: list[Message] = []
         self._publisher: asyncio.Task[None] | None = None
         self.sends = 0  # the publisher's round trips (each one XADD, or a pipeline of them)
@@ -91,16 +98,16 @@ class RedisStreamBus:
         newest = await self.redis.xrevrange(self.stream, count=1)
         return str(newest[0][0].decode()) if newest else "0-0"
 
-    async def start(self, handler: Handler, on_gap: ResyncHandler) -> None:
+    async def start(self, handlers: Sequence[Handler], on_gap: ResyncHandler) -> None:
         try:
             self._last_id = await self._position_now()
         except (RedisError, OSError) as exc:
             log.warning("event stream unavailable at start (%s); will retry and resync", exc)
             self._healthy_at_start = False
-        self._handler = handler
-        self._task = asyncio.create_task(self._tail(handler, on_gap), name="event-stream-tailer")
+        self._handlers = handlers
+        self._task = asyncio.create_task(self._tail(handlers, on_gap), name="event-stream-tailer")
 
-    async def _tail(self, handler: Handler, on_gap: ResyncHandler) -> None:
+    async def _tail(self, handlers: Sequence[Handler], on_gap: ResyncHandler) -> None:
         backoff = 0.1
         healthy = self._healthy_at_start
         while not self._stopping:
@@ -119,7 +126,7 @@ class RedisStreamBus:
                     for entry_id, fields in entries:
                         self._last_id = entry_id.decode()
                         try:
-                            await handler(decode_message(fields[b"m"]))
+                            await deliver(handlers, decode_message(fields[b"m"]))
                         except Exception:  # one bad message must not stop the tailer
                             log.exception("failed to fold stream entry %s", self._last_id)
             except asyncio.CancelledError:
@@ -165,10 +172,8 @@ class RedisStreamBus:
                     await self._fold_here(message)
 
     async def _fold_here(self, message: Message) -> None:
-        if self._handler is None:
-            return
         try:
-            await self._handler(message)
+            await deliver(self._handlers, message)
         except Exception:
             log.exception("failed to fold an unpublished event locally")
 

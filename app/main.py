@@ -136,16 +136,16 @@ async def open_context(settings: Settings, busy: Callable[[], bool] | None = Non
         round_counts,
     )
 
-    async def on_message(message: Message) -> None:
+    async def forget_changed(message: Message) -> None:
+        """The caches a catalog or router change makes stale (the policies' own: ``states.handle``)."""
         if isinstance(message, CatalogChanged | RouterChanged):
             catalog.clear()
             if ledger.recent is not None:  # a deleted tenant or router deletes its decisions
                 ledger.recent.clear()
         if isinstance(message, RouterChanged):
             round_counts.forget()
-        await states.handle(message)
 
-    await bus.start(on_message, states.resync)
+    await bus.start([forget_changed, states.handle], states.resync)
     ctx.compaction = CompactionLoop(states, settings.compact_interval_s)
     ctx.compaction.start()
     return ctx

@@ -84,7 +84,19 @@ class Trace:
         if event == "call" and in_request(frame):
             self.enter(self.module(frame), by_call=True)
         elif event == "return" and frame.f_code is not ENTRY and in_request(frame):
-            self.enter(self.module(frame.f_back), by_call=False)
+            self.enter(self.caller(frame), by_call=False)
+
+    def caller(self, frame: FrameType) -> str | None:
+        """The module of the project's nearest frame below ``frame`` on the stack: a function that a
+        library (pydantic, SQLAlchemy) called returns, through the library, to the project's code
+        that called the library."""
+        current = frame.f_back
+        while current is not None:
+            module = self.module(current)
+            if module is not None:
+                return module
+            current = current.f_back
+        return None
 
     def passes_through(self, i: int) -> bool:
         """Whether the body, at its ``i``-th step, goes on to a module other than the one it came from

@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from redis.asyncio import Redis
 
-from app.bus import CLOSE_GRACE_S, RedisStreamBus
+from app.bus import CLOSE_GRACE_S, InProcessBus, RedisStreamBus
 from app.events import Message, RouterChanged, decode_message
 from tests.conftest import REDIS_URL, unique
 
@@ -28,7 +28,7 @@ async def started_bus(redis: Redis, stream: str) -> AsyncIterator[tuple[RedisStr
 
     bus = RedisStreamBus(redis, stream, maxlen=1000, block_ms=300)
     try:
-        await bus.start(handler, on_gap)
+        await bus.start([handler], on_gap)
         yield bus, folded
     finally:
         with contextlib.suppress(Exception):
@@ -86,3 +86,41 @@ async def test_a_send_that_fails_folds_the_messages_in_this_process() -> None:
             assert folded == [message]
     finally:
         await unreachable.aclose()
+
+
+async def test_every_handler_gets_every_message_in_the_order_given() -> None:
+    """Both buses call the process's handlers in order for each message (the caches' first, then the
+    policies' fold, as the app starts them)."""
+    seen: list[tuple[str, int]] = []
+
+    def recorder(name: str) -> Callable[[Message], Awaitable[None]]:
+        async def record(message: Message) -> None:
+            assert isinstance(message, RouterChanged)
+            seen.append((name, message.router_id))
+
+        return record
+
+    async def on_gap() -> None:
+        return None
+
+    local = InProcessBus()
+    await local.start([recorder("caches"), recorder("fold")], on_gap)
+    await local.publish(RouterChanged(router_id=1, version=1))
+    assert seen == [("caches", 1), ("fold", 1)]
+
+    seen.clear()
+    redis = Redis.from_url(REDIS_URL)
+    stream = unique("bg:test-bus")
+    bus = RedisStreamBus(redis, stream, maxlen=1000, block_ms=300)
+    try:
+        await bus.start([recorder("caches"), recorder("fold")], on_gap)
+        for router_id in (2, 3):
+            await bus.publish(RouterChanged(router_id=router_id, version=1))
+        deadline = time.monotonic() + 10
+        while len(seen) < 4 and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        assert seen == [("caches", 2), ("fold", 2), ("caches", 3), ("fold", 3)]
+    finally:
+        await bus.close()
+        await redis.delete(stream)
+        await redis.aclose()

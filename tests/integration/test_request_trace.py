@@ -37,6 +37,8 @@ def test_the_trace_names_the_modules_a_chat_request_passes_through_and_its_retur
     assert path[0] == modules[0] == "app.api.openai"
     assert set(modules) <= set(path)
     assert "app.store.ledger" in modules
+    # the validators pydantic calls return, through it, to the endpoint: visited, not passed through
+    assert "app.input_types" in path and "app.input_types" not in modules
     assert all(a != b for a, b in itertools.pairwise(path))  # repeats collapsed
     back = [pair.split(" -> ") for pair in returned.group(2).split(", ") if pair]
     assert int(returned.group(1)) == len(back)
