@@ -58,6 +58,9 @@ def fresh_policy(router: Router) -> Policy:
     return build_policy(router.policy, list(router.arms), router.seed, router.hyperparameters)
 
 
+SNAPSHOT_READS = 5  # a snapshot deleted between finding and reading it: look again, at most this often
+
+
 def reconcile_arms(policy: Policy, arms: list[str]) -> None:
     """Make the policy's arms equal the router's: arms added or removed since the state was taken."""
     for arm in policy.arms:
@@ -71,16 +74,25 @@ def reconcile_arms(policy: Policy, arms: list[str]) -> None:
 async def load_runtime(session: AsyncSession, router: Router, up_to: int | None = None) -> RouterRuntime:
     """The router's starting snapshot with every later event folded in id order (only ids <= ``up_to``
     when given: the snapshotter folds up to its safe watermark)."""
-    snapshot = await starting_snapshot(session, router)
     current = config_hash(router)
-    if snapshot is None:
-        policy, watermark, folded_before = fresh_policy(router), 0, 0
-    else:
+    for _ in range(SNAPSHOT_READS):
+        snapshot = await starting_snapshot(session, router)
+        if snapshot is None:
+            policy, watermark, folded_before = fresh_policy(router), 0, 0
+            break
         watermark, folded_before = snapshot.watermark, snapshot.events_folded
-        if snapshot.config_hash == current:
-            policy = restore_policy(decode_state(await snapshot_state(session, snapshot)))
-        else:  # configuration changed since: relearn from the log after this point
+        if snapshot.config_hash != current:  # configuration changed since: relearn from the log after it
             policy = fresh_policy(router)
+            break
+        state = await snapshot_state(session, snapshot)
+        if state is not None:
+            policy = restore_policy(decode_state(state))
+            break
+        # deleted since it was found (a reset or the router's deletion): start again from the newest
+    else:
+        raise RuntimeError(
+            f"router {router.id}'s snapshots were deleted under {SNAPSHOT_READS} reads in a row"
+        )
     reconcile_arms(policy, list(router.arms))
     runtime = RouterRuntime(router.id, router.version, current, policy, watermark)
     runtime.events_folded = folded_before

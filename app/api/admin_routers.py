@@ -21,6 +21,7 @@ from app.schemas import (
     RouterStateOut,
     RouterUpdate,
 )
+from app.store.db import transaction
 from app.store.models import Router, Tenant
 from routers.base import PolicyConfigError, decode_state, encode_state
 from routers.registry import policy_dim, restore_policy
@@ -105,10 +106,13 @@ async def set_priors(tenant: Text, name: Text, body: RouterPriors, ctx: Ctx, ses
 @router.delete("/{name}", status_code=status.HTTP_204_NO_CONTENT)
 async def delete_router(tenant: Text, name: Text, ctx: Ctx, session: Session) -> None:
     """Deletes the router with its decisions, feedback and snapshots."""
-    owner = await get_tenant(session, tenant)
     news = Announcements()
-    await catalog_admin.delete_router(session, await get_router(session, owner, name), news)
-    await session.commit()
+
+    async def delete() -> None:
+        owner = await get_tenant(session, tenant)
+        await catalog_admin.delete_router(session, await get_router(session, owner, name), news)
+
+    await transaction(session, delete)
     await deliver(ctx, news)
 
 
@@ -163,10 +167,14 @@ async def import_state(
 @router.delete("/{name}/state", response_model=RouterOut)
 async def reset_state(tenant: Text, name: Text, ctx: Ctx, session: Session) -> RouterOut:
     """Forget everything learned: the policy starts fresh from the next event."""
-    owner = await get_tenant(session, tenant)
-    row = await get_router(session, owner, name)
     news = Announcements()
-    await catalog_admin.reset_state(session, row, news)
-    await session.commit()
+
+    async def reset() -> RouterOut:
+        owner = await get_tenant(session, tenant)
+        row = await get_router(session, owner, name)
+        await catalog_admin.reset_state(session, row, news)
+        return router_out(row, owner)
+
+    done = await transaction(session, reset)
     await deliver(ctx, news)
-    return router_out(row, owner)
+    return done

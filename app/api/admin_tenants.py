@@ -21,6 +21,7 @@ from app.schemas import (
     TenantLimitsOut,
     TenantOut,
 )
+from app.store.db import transaction
 from app.store.models import ApiKey, Tenant
 
 router = APIRouter(prefix="/admin/tenants", tags=["admin: tenants"], dependencies=[AdminOnly])
@@ -89,8 +90,11 @@ async def set_limits(tenant: Text, body: TenantLimits, ctx: Ctx, session: Sessio
 async def delete_tenant(tenant: Text, ctx: Ctx, session: Session) -> None:
     """Deletes the tenant with its keys, routers, decisions and feedback."""
     news = Announcements()
-    await catalog_admin.delete_tenant(session, await get_tenant(session, tenant), news)
-    await session.commit()
+
+    async def delete() -> None:
+        await catalog_admin.delete_tenant(session, await get_tenant(session, tenant), news)
+
+    await transaction(session, delete)
     await deliver(ctx, news)
 
 

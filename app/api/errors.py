@@ -14,7 +14,9 @@ send first (``echoed``): a lone surrogate or NaN inside the invalid value must n
 
 A database that cannot be reached (``DatabaseUnavailable``, raised by the store) is a 503 with
 ``Retry-After`` (``BANDITGATE_DB_RETRY_AFTER_S``) and, under ``/v1``, the code ``database_unavailable``;
-unlike a declined decision's 503 it has no ``x-banditgate-declined`` header.
+unlike a declined decision's 503 it has no ``x-banditgate-declined`` header. A transaction the
+database aborted for a conflict (``Contended``), still aborted after the store sent it again, is a 503
+with ``Retry-After: 1`` and the code ``database_conflict``: nothing was written.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from app.routing.errors import (
     RateLimited,
     TooLarge,
 )
-from app.store.availability import DatabaseUnavailable
+from app.store.availability import Contended, DatabaseUnavailable
 
 log = logging.getLogger("banditgate")
 
@@ -50,6 +52,7 @@ OPENAI_PREFIX = "/v1"
 DECLINED_HEADER = "x-banditgate-declined"  # on the 503 of a decision that chose no model
 DECISION_HEADER = "x-banditgate-decision-id"
 UNAVAILABLE_CODE = "database_unavailable"
+CONTENDED_CODE = "database_conflict"
 UNAVAILABLE_LOG_EVERY_S = 10.0  # an outage fails every request: its log line is written this often at most
 
 STATUS_OF: dict[type[GatewayError], int] = {
@@ -245,6 +248,19 @@ def as_http(exc: GatewayError) -> HTTPException:
     return http
 
 
+def conflicted() -> HTTPException:
+    """The 503 of a transaction the database aborted for a conflict with a concurrent one, after the
+    store sent it again: nothing was written, and the request may be sent again at once."""
+    http = HTTPException(
+        status.HTTP_503_SERVICE_UNAVAILABLE,
+        "the database aborted this request's transaction for a conflict with a concurrent change "
+        "(a deletion, say); nothing was written; retry",
+        headers={"Retry-After": "1"},
+    )
+    http.code = CONTENDED_CODE  # type: ignore[attr-defined]
+    return http
+
+
 def unavailable(retry_after_s: float) -> HTTPException:
     """The 503 of a database that cannot be reached: ``Retry-After``, OpenAI's code under /v1."""
     seconds = retry_after(retry_after_s)
@@ -304,6 +320,13 @@ def install(app: FastAPI) -> None:
         outages.note(exc)
         ctx = getattr(request.app.state, "ctx", None)
         return await http_error(request, unavailable(ctx.settings.db_retry_after_s if ctx else 1.0))
+
+    @app.exception_handler(Contended)
+    async def database_contended(request: Request, exc: Contended) -> JSONResponse:
+        log.warning(
+            "503 transaction aborted for a conflict on %s %s: %s", request.method, request.url.path, exc
+        )
+        return await http_error(request, conflicted())
 
     @app.exception_handler(GatewayError)
     async def gateway_error(request: Request, exc: GatewayError) -> JSONResponse:

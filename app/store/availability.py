@@ -32,6 +32,26 @@ LOST_CLASSES = ("08", "57")
 LOST_STATES = ("53300", "55000")
 
 
+CONFLICT_STATES = ("40P01", "40001")  # deadlock detected, serialization failure
+CONTENDED_TRIES = 3  # a transaction aborted for a conflict is sent again, this many times in all
+
+
+class Contended(Exception):
+    """A transaction the database aborted to break a deadlock (or a serialization conflict) with a
+    concurrent one, such as a router's deletion cascading through rows that requests are writing:
+    nothing of it was written, and the same work may be sent again (``transaction``; a 503 with
+    ``Retry-After`` when it still fails)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def contended(exc: BaseException) -> bool:
+    """Whether ``exc`` is the database aborting a transaction for a conflict (``CONFLICT_STATES``)."""
+    return isinstance(exc, Contended) or sqlstate(exc) in CONFLICT_STATES
+
+
 class DatabaseUnavailable(Exception):
     """The database cannot be reached now (503 with ``Retry-After``). ``dropped``: a connection that was
     open broke under a statement (it has been discarded; the first statement of a transaction may be

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import event, make_url
 from sqlalchemy.engine import Dialect, ExceptionContext
@@ -29,7 +29,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.pool import AsyncAdaptedQueuePool, ConnectionPoolEntry
 
 from app.settings import SettingsView
-from app.store.availability import DatabaseUnavailable, ReconnectBackoff, unreachable
+from app.store.availability import (
+    CONTENDED_TRIES,
+    Contended,
+    DatabaseUnavailable,
+    ReconnectBackoff,
+    contended,
+    unreachable,
+)
 from app.store.ledger import Ledger
 from app.store.ledger_postgres import PostgresLedger
 from app.store.ledger_sqlite import SqliteLedger
@@ -37,6 +44,8 @@ from app.store.recent_decisions import RecentDecisions
 from app.store.sqlite_settings import BUSY_TIMEOUT_S, apply_pragmas, sqlite_path
 
 log = logging.getLogger(__name__)
+
+Done = TypeVar("Done")
 
 
 @dataclass(frozen=True)
@@ -104,6 +113,8 @@ def make_engine(url: str, pool: DbPool | None = None) -> AsyncEngine:
     def _dropped(context: ExceptionContext) -> BaseException | None:
         if context.is_pre_ping or context.connection is None:
             return None
+        if contended(context.original_exception):
+            return Contended(f"the database aborted the transaction: {context.original_exception}")
         if not (context.is_disconnect or unreachable(context.original_exception)):
             return None
         context.is_disconnect = True  # discarded, never returned to the pool
@@ -187,6 +198,24 @@ class RetryingSession(AsyncSession):
         SQLAlchemy would begin one only to commit it (a greenlet hand-off for nothing)."""
         if self.in_transaction():
             await super().commit()
+
+
+async def transaction(session: AsyncSession, work: Callable[[], Awaitable[Done]]) -> Done:
+    """``work`` (its reads and writes on ``session``) and the commit, sent again from the start when the
+    database aborts it for a conflict (``Contended``: a deadlock with the request path's writes, say,
+    while a router's deletion cascades through them), at most ``CONTENDED_TRIES`` times in all.
+    ``work`` must read what it changes itself: after a rollback, objects loaded before are stale."""
+    for tries_left in range(CONTENDED_TRIES - 1, -1, -1):
+        try:
+            done = await work()
+            await session.commit()
+            return done
+        except Contended:
+            await session.rollback()
+            if tries_left == 0:
+                raise
+            log.info("a transaction was aborted for a conflict; sending it again")
+    raise AssertionError("unreachable")
 
 
 def make_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:

@@ -120,10 +120,13 @@ async def newest_snapshot(session: AsyncSession, router_id: int, kinds: tuple[st
     return result
 
 
-async def snapshot_state(session: AsyncSession, snapshot: Snapshot) -> bytes:
-    """A snapshot's encoded state (a deferred column: read only when a policy is restored from it)."""
+async def snapshot_state(session: AsyncSession, snapshot: Snapshot) -> bytes | None:
+    """A snapshot's encoded state (a deferred column: read only when a policy is restored from it);
+    None when the snapshot was deleted since it was found (its router's state reset, or the router
+    deleted)."""
     result = await session.execute(select(Snapshot.state).where(Snapshot.id == snapshot.id))
-    return bytes(result.scalar_one())
+    state = result.scalar_one_or_none()
+    return None if state is None else bytes(state)
 
 
 async def starting_snapshot(session: AsyncSession, router: Router) -> Snapshot | None:

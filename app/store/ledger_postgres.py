@@ -27,7 +27,14 @@ from typing import Any
 
 import asyncpg
 
-from app.store.availability import DatabaseUnavailable, ReconnectBackoff, unreachable
+from app.store.availability import (
+    CONTENDED_TRIES,
+    Contended,
+    DatabaseUnavailable,
+    ReconnectBackoff,
+    contended,
+    unreachable,
+)
 from app.store.driver_sql import (
     COUNTER_VALUES_PG,
     FEEDBACK_CONFLICT,
@@ -81,6 +88,8 @@ def refused(exc: BaseException) -> Exception:
     cannot be reached, else a ``LedgerError``."""
     if unreachable(exc):
         return DatabaseUnavailable(f"the ledger's database is unavailable: {exc!r}")
+    if contended(exc):
+        return Contended(f"Postgres aborted the write for a conflict: {exc}")
     if isinstance(exc, asyncpg.ForeignKeyViolationError):
         return OwnerDeleted(f"Postgres refused the write, its owner is gone: {exc}")
     return LedgerError(f"Postgres refused the write: {exc}")
@@ -166,35 +175,48 @@ class PostgresLedger(Ledger):
         async with self._hold_lock:
             if self._closed:
                 raise LedgerClosed("the ledger is closed")
-            for retry in (False, True):
+            for tries_left in range(CONTENDED_TRIES - 1, -1, -1):
+                conn, transaction, locked = await self._lock_counter(router_id)
                 try:
-                    conn = await self._hold_connection()
-                    transaction = conn.transaction()
-                    await transaction.start()
-                    locked = await conn.fetchrow(counter_lock_pg(), router_id)
-                except Exception as exc:  # nothing chosen yet: sent once more on a fresh connection
-                    await self._drop_hold()
-                    if retry or not connection_lost(exc):
+                    prepared = choice((int(locked[0]), int(locked[1])))
+                except BaseException:
+                    await self._roll_back(transaction)
+                    raise
+                try:
+                    sql, args = batch_statement([prepared])
+                    rows = await conn.fetch(sql, *args)
+                    await transaction.commit()
+                except Exception as exc:
+                    await self._roll_back(transaction)
+                    if tries_left == 0 or not contended(exc):
                         raise refused(exc) from exc
-                    log.warning("ledger: the connection dropped (%r); locking the counter again", exc)
+                    # aborted for a conflict, nothing written: lock, read and choose again
+                    log.info("ledger: a counted decision was aborted for a conflict (%s); again", exc)
                     continue
-                break
+                self.commits += 1
+                inserted = [((r["decision_id"], r["model"], r["kind"]), int(r["id"])) for r in rows]
+                (ids,) = feedback_ids([prepared], inserted)
+                return ids
+            raise AssertionError("unreachable")
+
+    async def _lock_counter(self, router_id: int) -> tuple[asyncpg.Connection, Any, Any]:
+        """Begin a counted decision's transaction and lock its counter's row: (connection,
+        transaction, the row's counts). Nothing is chosen yet, so a dropped connection or a conflict
+        is sent once more, on a fresh connection."""
+        for retry in (False, True):
             try:
-                prepared = choice((int(locked[0]), int(locked[1])))
-            except BaseException:
-                await self._roll_back(transaction)
-                raise
-            try:
-                sql, args = batch_statement([prepared])
-                rows = await conn.fetch(sql, *args)
-                await transaction.commit()
+                conn = await self._hold_connection()
+                transaction = conn.transaction()
+                await transaction.start()
+                locked = await conn.fetchrow(counter_lock_pg(), router_id)
             except Exception as exc:
-                await self._roll_back(transaction)
-                raise refused(exc) from exc
-            self.commits += 1
-            inserted = [((r["decision_id"], r["model"], r["kind"]), int(r["id"])) for r in rows]
-            (ids,) = feedback_ids([prepared], inserted)
-            return ids
+                await self._drop_hold()
+                if retry or not (connection_lost(exc) or contended(exc)):
+                    raise refused(exc) from exc
+                log.warning("ledger: the counter's lock failed (%r); locking it again", exc)
+                continue
+            return conn, transaction, locked
+        raise AssertionError("unreachable")
 
     async def _hold_connection(self) -> asyncpg.Connection:
         if self._hold_conn is None or self._hold_conn.is_closed():
@@ -259,7 +281,7 @@ class PostgresLedger(Ledger):
 
     async def _commit(self, batch: Sequence[PreparedWrite]) -> list[Served]:
         try:
-            return list(await self._statement(batch))
+            return list(await self._retried(batch))
         except asyncpg.PostgresError as exc:
             if unreachable(exc):
                 raise
@@ -268,12 +290,25 @@ class PostgresLedger(Ledger):
         outcomes: list[Served] = []
         for write in batch:  # the batch failed: each write alone, so one bad write fails only itself
             try:
-                outcomes.extend(await self._statement([write]))
+                outcomes.extend(await self._retried([write]))
             except asyncpg.PostgresError as exc:
                 if unreachable(exc):
                     raise
                 outcomes.append(refused(exc))
         return outcomes
+
+    async def _retried(self, batch: Sequence[PreparedWrite]) -> list[list[int | None]]:
+        """``_statement``, sent again when Postgres aborts it for a conflict (a deadlock with a
+        router's deletion cascading through the rows it writes, say): the statement is its own
+        transaction, so nothing of it was written. At most ``CONTENDED_TRIES`` times in all."""
+        for tries_left in range(CONTENDED_TRIES - 1, -1, -1):
+            try:
+                return await self._statement(batch)
+            except asyncpg.PostgresError as exc:
+                if tries_left == 0 or not contended(exc):
+                    raise
+                log.info("ledger: a write was aborted for a conflict (%s); sending it again", exc)
+        raise AssertionError("unreachable")
 
     async def _statement(self, batch: Sequence[PreparedWrite]) -> list[list[int | None]]:
         sql, args = batch_statement(batch)

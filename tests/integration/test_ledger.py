@@ -5,6 +5,7 @@ closing commits what is queued, and a dropped Postgres connection is replaced.""
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 import uuid
 from collections.abc import AsyncIterator
@@ -14,7 +15,7 @@ from datetime import UTC, datetime
 import asyncpg
 import numpy as np
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, text
 
 from app.store.db import make_engine, make_ledger, make_sessionmaker
 from app.store.driver_sql import model_params
@@ -270,6 +271,94 @@ async def test_close_commits_what_is_queued_and_refuses_later_writes(
         ids = [d["id"] for d in decisions]
         assert len((await session.scalars(select(DecisionRow.id).where(DecisionRow.id.in_(ids)))).all()) == 10
     assert ledger.commits >= 3  # at most 4 writes a batch
+
+
+async def deadlocked_once(place: Place, waiting: str, decision: dict[str, object]) -> None:
+    """Deadlock the transaction writing ``decision`` once: another one holds the router's row (``FOR
+    UPDATE``) while the write waits for it (its foreign key), then inserts the same decision id, so each
+    waits for the other. Only the write's side runs Postgres's deadlock check in time (the other's
+    ``deadlock_timeout`` is 60 s), so the write is the one aborted; the other then rolls back."""
+    async with place.sessions() as other:
+        await other.execute(text("SET deadlock_timeout = '60s'"))
+        await other.execute(select(Router).where(Router.id == place.router_id).with_for_update())
+        await until_waiting(place, waiting)
+        other.add(DecisionRow(**decision))
+        await other.flush()  # waits on the write's insert until Postgres aborts the write
+        await other.rollback()
+
+
+async def until_waiting(place: Place, query: str) -> None:
+    """Until a session of this database other than this one waits on a lock running ``query``."""
+    async with place.sessions() as probe:
+        for _ in range(500):
+            waiting = await probe.scalar(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock' AND query ILIKE :q"
+                ),
+                {"q": f"%{query}%"},
+            )
+            if waiting:
+                return
+            await probe.commit()  # pg_stat_activity is read once per transaction
+            await asyncio.sleep(0.02)
+    raise AssertionError(f"no session waited on a lock running {query!r}")
+
+
+async def test_postgres_a_write_aborted_for_a_deadlock_is_sent_again(
+    pg_stack: Stack, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with placed(pg_stack) as place:
+        ledger = make_ledger(pg_stack.database_url, max_batch=16)
+        try:
+            decision = place.decision()
+            with caplog.at_level(logging.INFO, logger="app.store.ledger_postgres"):
+                write = asyncio.ensure_future(ledger.write(LedgerWrite(decision=decision)))
+                await deadlocked_once(place, "INSERT INTO decisions", decision)
+                assert await write == []
+            assert "aborted for a conflict" in caplog.text and "deadlock detected" in caplog.text
+            async with place.sessions() as session:
+                assert await session.get(DecisionRow, decision["id"]) is not None
+        finally:
+            await ledger.close()
+
+
+async def test_postgres_a_counted_decision_aborted_for_a_deadlock_is_chosen_again(
+    pg_stack: Stack, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another transaction inserts the decision's id first (uncommitted), the counted decision's write
+    waits on it while holding the counter's lock, and the other then waits on that lock: the counted
+    transaction is aborted, locks the counter again, reads the counts again and chooses again."""
+    async with placed(pg_stack) as place:
+        ledger = make_ledger(pg_stack.database_url, max_batch=16)
+        decision = place.decision()
+        seen: list[tuple[int, int]] = []
+
+        def choose(counts: tuple[int, int]) -> tuple[str, LedgerWrite]:
+            seen.append(counts)
+            return f"choice {len(seen)}", LedgerWrite(decision=decision, count=(place.router_id, 1, 0))
+
+        try:
+            # the counter's row exists: the decision's lock is a row lock the other can wait on
+            await ledger.write(LedgerWrite(decision=place.decision(), count=(place.router_id, 1, 0)))
+            async with place.sessions() as other:
+                await other.execute(text("SET deadlock_timeout = '60s'"))
+                other.add(DecisionRow(**decision))
+                await other.flush()
+                with caplog.at_level(logging.INFO, logger="app.store.ledger_postgres"):
+                    counted = asyncio.ensure_future(ledger.counted(place.router_id, choose))
+                    await until_waiting(place, "INSERT INTO decisions")
+                    counter = RouterCounter.__table__
+                    await other.execute(  # waits on the counter's lock until Postgres aborts the decision
+                        counter.update().where(counter.c.router_id == place.router_id).values(decisions=7)
+                    )
+                    await other.rollback()
+                    assert await counted == "choice 2"
+            assert seen == [(1, 0), (1, 0)]
+            assert "counted decision was aborted for a conflict" in caplog.text
+            assert await place.counter() == 2
+        finally:
+            await ledger.close()
 
 
 async def test_postgres_a_dropped_connection_is_replaced(pg_stack: Stack) -> None:
