@@ -30,13 +30,14 @@ from app.routing import shadow
 from app.routing.answers import CHAT_PATH, Forwarded, Stream, contents, path_for
 from app.routing.costs import answer_cost
 from app.routing.decide import expected_costs
+from app.routing.errors import NotFound
 from app.routing.fallback import load_target
 from app.routing.feedback import FeedbackReport, record_feedback
 from app.routing.judge import grade_probe
 from app.routing.probe_tasks import ProbeRunner
 from app.routing.turn import Turn
 from app.schemas import FeedbackAccepted, RouteRequest, RouteResponse
-from app.store.ledger import LedgerWrite
+from app.store.ledger import LedgerWrite, OwnerDeleted
 from app.store.models import DecisionRow, FeedbackEvent, Probe, Tenant
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,14 @@ async def _logged(work: Coroutine[Any, Any, None], job: ProbeJob) -> None:
         await work
     except asyncio.CancelledError:
         raise
+    except (OwnerDeleted, NotFound) as exc:  # the router or tenant was deleted meanwhile: nothing to keep
+        log.warning(
+            "%s probe of %s for decision %s not recorded, deleted meanwhile: %s",
+            job.kind,
+            job.model,
+            job.route.decision_id,
+            exc,
+        )
     except Exception:
         log.exception(
             "%s probe of %s for decision %s failed to be recorded", job.kind, job.model, job.route.decision_id
