@@ -16,7 +16,9 @@ is a no-op.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -30,7 +32,6 @@ from sqlalchemy.pool import AsyncAdaptedQueuePool, ConnectionPoolEntry
 
 from app.settings import SettingsView
 from app.store.availability import (
-    CONTENDED_TRIES,
     Contended,
     DatabaseUnavailable,
     ReconnectBackoff,
@@ -46,6 +47,9 @@ from app.store.sqlite_settings import BUSY_TIMEOUT_S, apply_pragmas, sqlite_path
 log = logging.getLogger(__name__)
 
 Done = TypeVar("Done")
+# an admin change is rare and may wait: more tries than a request's write, each after a longer wait
+ADMIN_CONTENDED_TRIES = 6
+CONTENDED_WAIT_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -203,18 +207,20 @@ class RetryingSession(AsyncSession):
 async def transaction(session: AsyncSession, work: Callable[[], Awaitable[Done]]) -> Done:
     """``work`` (its reads and writes on ``session``) and the commit, sent again from the start when the
     database aborts it for a conflict (``Contended``: a deadlock with the request path's writes, say,
-    while a router's deletion cascades through them), at most ``CONTENDED_TRIES`` times in all.
-    ``work`` must read what it changes itself: after a rollback, objects loaded before are stale."""
-    for tries_left in range(CONTENDED_TRIES - 1, -1, -1):
+    while a router's deletion cascades through them), at most ``ADMIN_CONTENDED_TRIES`` times in all,
+    after a jittered wait that grows with each try (the writes it met get to finish first). ``work``
+    must read what it changes itself: after a rollback, objects loaded before are stale."""
+    for attempt in range(1, ADMIN_CONTENDED_TRIES + 1):
         try:
             done = await work()
             await session.commit()
             return done
         except Contended:
             await session.rollback()
-            if tries_left == 0:
+            if attempt == ADMIN_CONTENDED_TRIES:
                 raise
-            log.info("a transaction was aborted for a conflict; sending it again")
+            log.info("a transaction was aborted for a conflict (try %d); sending it again", attempt)
+            await asyncio.sleep(random.uniform(0, CONTENDED_WAIT_S * attempt))
     raise AssertionError("unreachable")
 
 

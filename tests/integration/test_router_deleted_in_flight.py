@@ -160,12 +160,13 @@ async def test_requests_while_routers_are_deleted_recreated_and_reset_get_no_5xx
     """Chat completions, decisions with feedback and forwarded decisions from eight clients while the
     router is deleted and recreated, patched and reset: every answer is a 2xx or a 404, none a 5xx
     (on Postgres the deletions' cascades deadlock with the ledger's writes now and then: those are
-    sent again)."""
+    sent again; an admin change may give up with a 503 after its tries, at most one in ten here)."""
     app = gateway_app(stack)
     codes: Counter[int] = Counter()
     errors: list[str] = []
     stop = asyncio.Event()
     rng = random.Random(7)
+    admin_conflicts: list[bool] = []
     async with running(app) as client:
         arms = [await add_backend(client, fake, "ok"), await add_backend(client, fake, "ok")]
         tenant = unique("t")
@@ -208,9 +209,14 @@ async def test_requests_while_routers_are_deleted_recreated_and_reset_get_no_5xx
                 else:
                     changes = [await client.delete(f"{where}/main/state", headers=admin_headers())]
                 for change in changes:
-                    assert change.status_code in (200, 201, 204, 404), change.text
+                    # a deletion that kept meeting the requests' writes in a deadlock may give up
+                    # with the documented 503 (nothing deleted): the operator retries it
+                    conflict = change.status_code == 503 and "conflict" in change.text
+                    assert change.status_code in (200, 201, 204, 404) or conflict, change.text
+                    admin_conflicts.append(conflict)
             stop.set()
 
         await asyncio.gather(admin(), *(user(n) for n in range(8)))
     assert errors == [] and all(code < 500 for code in codes), codes
     assert codes[200] > 50 and codes[404] > 0, codes
+    assert sum(admin_conflicts) <= len(admin_conflicts) // 10, admin_conflicts
