@@ -354,7 +354,16 @@ class RouterPriors(Strict):
 
 
 class RouterStateImport(Strict):
+    """What ``GET .../state`` exports, posted back as it is: only ``state`` is read; the export's other
+    fields are accepted and ignored (the router imported into keeps its own name and counts)."""
+
     state: StateUpload = Field(description="an export's state (limit: BANDITGATE_STATE_IMPORT_MAX_BYTES)")
+    router: RouterName | None = Field(None, description="ignored: the exported router's name")
+    policy: PolicyName | None = Field(None, description="ignored: the state's own policy is imported")
+    version: DbInt | None = Field(None, description="ignored")
+    watermark: DbInt | None = Field(None, description="ignored")
+    events_folded: DbInt | None = Field(None, description="ignored")
+    last_event_id: DbInt | None = Field(None, description="ignored")
 
 
 # --- routing and feedback -----------------------------------------------------------------------------

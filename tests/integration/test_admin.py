@@ -149,12 +149,13 @@ async def test_state_export_import_reset(stack: Stack) -> None:
                 f"/admin/tenants/{t2.tenant}/routers/main", json=patch, headers=admin_headers()
             )
         ).status_code == 200
-        imported = await client.post(
-            f"/admin/tenants/{t2.tenant}/routers/main/state",
-            json={"state": exported["state"]},
-            headers=admin_headers(),
+        imported = await client.post(  # the export as it is: its informational fields are ignored
+            f"/admin/tenants/{t2.tenant}/routers/main/state", json=exported, headers=admin_headers()
         )
         assert imported.status_code == 200, imported.text
+        assert imported.json()["name"] == "main" and imported.json()["tenant"] == t2.tenant
+        typo = await client.post(base, json={**exported, "stat": {}}, headers=admin_headers())
+        assert typo.status_code == 422 and "stat" in typo.text
         probe = {"prompt": "question 3"}
         a = (await client.post("/route", json=probe, headers=bearer(t.key))).json()
         b = (await client.post("/route", json=probe, headers=bearer(t2.key))).json()
