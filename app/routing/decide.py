@@ -182,6 +182,16 @@ async def choose(turn: Turn) -> RouteResponse:
     return turn.route
 
 
+def priced_arms(policy: Policy, router: Router, candidates: list[str] | None) -> list[str] | None:
+    """``Context.arms``: the request's candidates; and when the policy's arms are not the router's (its
+    state is of a newer version than the router this request read, an arm change racing it), only
+    the router's arms, the ones priced for it (``expected_costs``)."""
+    if list(policy.arms) == list(router.arms):
+        return candidates
+    allowed = set(router.arms) if candidates is None else set(candidates) & set(router.arms)
+    return [arm for arm in policy.arms if arm in allowed]
+
+
 @dataclass(frozen=True)
 class Prompt:
     """What a decision is asked about: the prompt's text, its hash, its embedding and each arm's
@@ -210,7 +220,7 @@ def ask(turn: Turn, policy: Policy, prompt: Prompt, counts: tuple[int, int] | No
     decision_id = uuid.uuid4().hex
     context = Context(
         embedding=prompt.embedding,
-        arms=request.candidates,
+        arms=priced_arms(policy, router, request.candidates),
         costs=prompt.costs,
         rng=KeyedRng(router.seed, generator_key(decision_id, request.seed)),
         decisions_before=counts[0] if counts is not None else None,
@@ -266,15 +276,15 @@ async def reselect(
     router = await ctx.catalog.router_by_id(row.router_id) if row.router_id is not None else None
     if router is None:
         return None
+    runtime = await ctx.states.get(router)
     context = Context(
         embedding=np.frombuffer(row.embedding, dtype=np.float32).copy(),
-        arms=candidates,
+        arms=priced_arms(runtime.policy, router, candidates),
         costs=await expected_costs(ctx, list(router.arms), row.prompt_chars),
         tried=list(tried),
         rng=KeyedRng(router.seed, generator_key(row.id, (row.info or {}).get("seed"))),
         decision_key=row.id,
     )
-    runtime = await ctx.states.get(router)
     try:
         return runtime.policy.select(context)
     except Exception:  # a policy that cannot re-select must not turn a clean answer into a 500
