@@ -105,7 +105,8 @@ async def resolve_feedback(
             resolved.append((item, decision, router, model))
             continue
         allowed = set(decision.models) | set(decision.query) | set(router.arms)
-        if model not in allowed:
+        # a shadow call's model stays one to report on after its arm was removed meanwhile
+        if model not in allowed and not await shadow.called(ctx, tenant.id, decision.id, model):
             raise Invalid(
                 f"{where}model {model!r} is neither in the decision nor an arm of router {router.name!r}",
             )

@@ -62,6 +62,21 @@ async def store_refusal(ctx: AppContext, row: Mapping[str, Any], names: tuple[st
     await ctx.ledger.write(LedgerWrite(probes=[refused]))
 
 
+async def called(ctx: AppContext, tenant_id: int, decision_id: str, model: str) -> bool:
+    """Whether the gateway made a shadow call of ``model`` for this tenant's decision (its probe row,
+    whatever its status)."""
+    async with ctx.sessionmaker() as session:
+        found = await session.scalar(
+            select(Probe.id).where(
+                Probe.tenant_id == tenant_id,
+                Probe.kind == SHADOW,
+                Probe.decision_id == decision_id,
+                Probe.model == model,
+            )
+        )
+    return found is not None
+
+
 async def check_graded(ctx: AppContext, tenant_id: int, pairs: list[tuple[str, str]]) -> None:
     """Invalid unless each (decision id, model) of ``kind: shadow`` feedback has a shadow answer of
     this tenant's (a probe of kind shadow, pending or answered): shadow feedback grades the gateway's

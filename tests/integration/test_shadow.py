@@ -46,6 +46,15 @@ def floor_of(app: FastAPI, router_id: int) -> Conservative:
     return next(layer for layer in layers(runtime.policy) if isinstance(layer, Conservative))
 
 
+async def cost_events(app: FastAPI, decision_id: str) -> dict[str, float | None]:
+    """The decision's cost events, by model."""
+    async with app.state.ctx.sessionmaker() as session:
+        query = select(FeedbackEvent).where(
+            FeedbackEvent.decision_id == decision_id, FeedbackEvent.kind == "cost"
+        )
+        return {e.model: e.cost for e in await session.scalars(query)}
+
+
 async def stats_of(client: httpx.AsyncClient, tenant: str) -> dict[str, object]:
     response = await client.get(f"/admin/tenants/{tenant}/routers/main/stats", headers=admin_headers())
     assert response.status_code == 200, response.text
@@ -77,15 +86,7 @@ async def test_shadow_call_is_off_the_path_listed_graded_and_costed(stack: Stack
         assert item["kind"] == "shadow" and item["decision_id"] == decision_id and item["model"] == challenger
         assert item["answer"] == f"answer from delay-{SLOW_S}" and item["cost"] == USAGE_COST
 
-        async with app.state.ctx.sessionmaker() as session:
-            costs = {
-                e.model: e.cost
-                for e in await session.scalars(
-                    select(FeedbackEvent).where(
-                        FeedbackEvent.decision_id == decision_id, FeedbackEvent.kind == "cost"
-                    )
-                )
-            }
+        costs = await cost_events(app, decision_id)
         assert costs == {incumbent: USAGE_COST, challenger: USAGE_COST}  # served and shadow calls both paid
 
         router_id = (await probes_of(app, decision_id))[challenger].router_id
@@ -263,3 +264,27 @@ async def test_shadow_cost_is_spend_of_its_decision_for_the_pacer(stack: Stack, 
             await asyncio.sleep(0.1)
         assert pacing["requests"] == 1  # one decision, two paid calls
         assert math.isclose(pacing["spent"], 2 * USAGE_COST)
+
+
+async def test_a_shadow_call_whose_arm_is_removed_meanwhile_is_still_costed_and_gradable(
+    sqlite_stack: Stack, fake: FakeBackends
+) -> None:
+    app = gateway_app(sqlite_stack)
+    async with running(app) as client:
+        key, tenant, incumbent, challenger = await shadow_tenant(client, fake, slow="delay-1.0")
+        response = await client.post("/route", json=forward_body(), headers=bearer(key))
+        assert response.status_code == 200, response.text
+        decision_id = response.json()["decision_id"]
+        removed = await client.patch(  # while the shadow call is out
+            f"/admin/tenants/{tenant}/routers/main", json={"arms": [incumbent]}, headers=admin_headers()
+        )
+        assert removed.status_code == 200, removed.text
+        await drain(app)
+        costs = await cost_events(app, decision_id)
+        assert costs == {incumbent: USAGE_COST, challenger: USAGE_COST}  # the shadow call is paid for
+        grade = {"decision_id": decision_id, "model": challenger, "kind": "shadow", "reward": 0.5}
+        sent = await client.post("/feedback", json=grade, headers=bearer(key))
+        assert sent.status_code == 202, sent.text
+        stranger = {"decision_id": decision_id, "model": "no-such-model", "reward": 0.5}
+        refused = await client.post("/feedback", json=stranger, headers=bearer(key))
+        assert refused.status_code == 422 and "neither in the decision nor an arm" in error_text(refused)
