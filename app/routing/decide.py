@@ -163,8 +163,8 @@ async def choose(turn: Turn) -> RouteResponse:
         embedding = await ctx.embeddings.embed_prompt(
             request.turns(), EmbedText.from_config(router.embed_text)
         )
-    costs = await expected_costs(ctx, arms, len(text))
     runtime = await ctx.states.get(router)
+    costs = await expected_costs(ctx, priced_arms(runtime.policy, router), len(text))
     prompt = Prompt(text, prompt_hash(text), embedding, costs)
     use = counter_use(runtime.policy)
     if use == "exact":
@@ -182,14 +182,11 @@ async def choose(turn: Turn) -> RouteResponse:
     return turn.route
 
 
-def priced_arms(policy: Policy, router: Router, candidates: list[str] | None) -> list[str] | None:
-    """``Context.arms``: the request's candidates; and when the policy's arms are not the router's (its
-    state is of a newer version than the router this request read, an arm change racing it), only
-    the router's arms, the ones priced for it (``expected_costs``)."""
-    if list(policy.arms) == list(router.arms):
-        return candidates
-    allowed = set(router.arms) if candidates is None else set(candidates) & set(router.arms)
-    return [arm for arm in policy.arms if arm in allowed]
+def priced_arms(policy: Policy, router: Router) -> list[str]:
+    """The arms to price for a decision: the router's, and the policy's own where its state is of a
+    newer version than the router this request read (an arm change racing the request: the policy
+    may choose an arm the router has now)."""
+    return list(dict.fromkeys([*router.arms, *policy.arms]))
 
 
 @dataclass(frozen=True)
@@ -220,7 +217,7 @@ def ask(turn: Turn, policy: Policy, prompt: Prompt, counts: tuple[int, int] | No
     decision_id = uuid.uuid4().hex
     context = Context(
         embedding=prompt.embedding,
-        arms=priced_arms(policy, router, request.candidates),
+        arms=request.candidates,
         costs=prompt.costs,
         rng=KeyedRng(router.seed, generator_key(decision_id, request.seed)),
         decisions_before=counts[0] if counts is not None else None,
@@ -279,8 +276,8 @@ async def reselect(
     runtime = await ctx.states.get(router)
     context = Context(
         embedding=np.frombuffer(row.embedding, dtype=np.float32).copy(),
-        arms=priced_arms(runtime.policy, router, candidates),
-        costs=await expected_costs(ctx, list(router.arms), row.prompt_chars),
+        arms=candidates,
+        costs=await expected_costs(ctx, priced_arms(runtime.policy, router), row.prompt_chars),
         tried=list(tried),
         rng=KeyedRng(router.seed, generator_key(row.id, (row.info or {}).get("seed"))),
         decision_key=row.id,

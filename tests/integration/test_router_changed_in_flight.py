@@ -16,13 +16,13 @@ from tests.integration.test_forwarding import PROMPT, add_backend, add_tenant, g
 async def test_a_policy_state_newer_than_the_router_read_chooses_among_the_priced_arms(
     sqlite_stack: Stack, fake: FakeBackends
 ) -> None:
-    """PromptWise needs every arm's price; an arm added after the request read its router is priced
-    for no one: the policy chooses among the router's arms as read (before, it raised: a 500)."""
+    """PromptWise needs every arm's price: an arm added after the request read its router is priced
+    too (the policy's arms with the router's), so the newer state decides among all its arms."""
     app = gateway_app(sqlite_stack)
     async with running(app) as client:
         a, b, c = [await add_backend(client, fake, "ok") for _ in range(3)]
         tenant = unique("t")
-        await add_tenant(client, [a, b], tenant=tenant, policy="promptwise", hyperparameters={})
+        await add_tenant(client, [a, b], tenant=tenant, policy="promptwise", hyperparameters={"tau_exp": 0})
         ctx = app.state.ctx
         async with ctx.sessionmaker() as session:
             owner = await session.scalar(select(Tenant).where(Tenant.name == tenant))
@@ -41,7 +41,7 @@ async def test_a_policy_state_newer_than_the_router_read_chooses_among_the_price
             for n in range(20):
                 turn = Turn(ctx, session, owner, RouteRequest(prompt=f"{PROMPT} {n}"), router=read_before)
                 route = await choose(turn)
-                assert route.model in (a, b)
+                assert route.model in (a, b, c)
             with_candidates = Turn(
                 ctx, session, owner, RouteRequest(prompt=PROMPT, candidates=[b]), router=read_before
             )
