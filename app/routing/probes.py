@@ -53,7 +53,7 @@ def schedule(turn: Turn, done: Forwarded | Stream) -> None:
     """Start the probes of the turn's decision's ``query`` and ``shadow`` other than the models whose
     answers the client got (``done``: an ensemble's members that answered, else the one that answers);
     a model in both is called once, as a query."""
-    route, body = turn.decided, turn.body or {}
+    route, body = done.route, turn.body or {}
     members = done.members if isinstance(done, Forwarded) else None
     answered = (
         [done.target.name] if members is None else [m.backend for m in members if m.payload is not None]
