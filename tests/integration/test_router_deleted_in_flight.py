@@ -153,14 +153,19 @@ async def test_a_decision_for_a_router_another_replica_deleted_is_a_404(
         assert "router 'main' was deleted while this request was being routed" in late.text
 
 
-@pytest.mark.parametrize("policy", ["knn-ucb", "balrog"])
+@pytest.mark.parametrize(
+    ("policy", "hyperparameters"),
+    [("knn-ucb", {}), ("balrog", {}), ("promptwise", {"tau_exp": 0}), ("default", {"shadow": 0.5})],
+)
 async def test_requests_while_routers_are_deleted_recreated_and_reset_get_no_5xx(
-    stack: Stack, fake: FakeBackends, policy: str
+    stack: Stack, fake: FakeBackends, policy: str, hyperparameters: dict[str, object]
 ) -> None:
     """Chat completions, decisions with feedback and forwarded decisions from eight clients while the
-    router is deleted and recreated, patched and reset: every answer is a 2xx or a 404, none a 5xx
-    (on Postgres the deletions' cascades deadlock with the ledger's writes now and then: those are
-    sent again; an admin change may give up with a 503 after its tries, at most one in ten here)."""
+    router is deleted and recreated, its arms changed, patched and reset: every answer is a 2xx or a
+    404, none a 5xx (on Postgres the deletions' cascades deadlock with the ledger's writes now and
+    then: those are sent again; an admin change may give up with a 503 after its tries, at most one in
+    ten here). PromptWise prices every arm it may choose (an arm added meanwhile included); a shadow
+    call whose arm was removed meanwhile is still recorded."""
     app = gateway_app(stack)
     codes: Counter[int] = Counter()
     errors: list[str] = []
@@ -168,10 +173,17 @@ async def test_requests_while_routers_are_deleted_recreated_and_reset_get_no_5xx
     rng = random.Random(7)
     admin_conflicts: list[bool] = []
     async with running(app) as client:
-        arms = [await add_backend(client, fake, "ok"), await add_backend(client, fake, "ok")]
+        backends = [await add_backend(client, fake, "ok") for _ in range(3)]
+        arms = backends[:2]
         tenant = unique("t")
-        key = await add_tenant(client, arms, tenant=tenant, policy=policy, hyperparameters={})
-        router = {"name": "main", "policy": policy, "hyperparameters": {}, "arms": arms, "is_default": True}
+        key = await add_tenant(client, arms, tenant=tenant, policy=policy, hyperparameters=hyperparameters)
+        router = {
+            "name": "main",
+            "policy": policy,
+            "hyperparameters": hyperparameters,
+            "arms": arms,
+            "is_default": True,
+        }
         where = f"/admin/tenants/{tenant}/routers"
 
         async def user(number: int) -> None:
@@ -198,13 +210,16 @@ async def test_requests_while_routers_are_deleted_recreated_and_reset_get_no_5xx
             for _ in range(30):
                 await asyncio.sleep(rng.uniform(0.02, 0.1))
                 draw = rng.random()
-                if draw < 0.5:
+                if draw < 0.4:
                     changes = [
                         await client.delete(f"{where}/main", headers=admin_headers()),
                         await client.post(where, json=router, headers=admin_headers()),
                     ]
-                elif draw < 0.75:
-                    patch = {"hyperparameters": {}}
+                elif draw < 0.6:
+                    patch = {"arms": rng.sample(backends, rng.choice([1, 2, 3]))}
+                    changes = [await client.patch(f"{where}/main", json=patch, headers=admin_headers())]
+                elif draw < 0.8:
+                    patch = {"hyperparameters": hyperparameters}
                     changes = [await client.patch(f"{where}/main", json=patch, headers=admin_headers())]
                 else:
                     changes = [await client.delete(f"{where}/main/state", headers=admin_headers())]
