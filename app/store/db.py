@@ -114,7 +114,9 @@ def make_engine(url: str, pool: DbPool | None = None) -> AsyncEngine:
         return connection
 
     @event.listens_for(engine.sync_engine, "handle_error")
-    def _dropped(context: ExceptionContext) -> BaseException | None:
+    def _store_error(context: ExceptionContext) -> BaseException | None:
+        """A transaction aborted for a conflict as ``Contended``, a dropped connection as
+        ``DatabaseUnavailable``; any other error as the driver raised it."""
         if context.is_pre_ping or context.connection is None:
             return None
         if contended(context.original_exception):
