@@ -261,11 +261,11 @@ class Ledger(ABC):
         await) and commit the write it returns (the decision and its count) before the lock is
         released. So the counts a choice sees include every decision of the router committed before
         it, in any process, and none can come between the read and the write: a query budget is never
-        overspent. When ``choose`` raises, nothing is written and its error is raised. When the database
-        aborts the transaction for a conflict (Postgres: a deadlock with a router's deletion, say),
-        nothing was written, and the counts are locked and read again and ``choose`` called again. The lock's scope
-        is exactly the read, the choice and the write; decisions of a router counted otherwise never
-        take it. A cancelled caller does not cancel the decision: it is committed. Returns what
+        overspent. When ``choose`` raises, nothing is written and its error is raised. When the
+        database aborts the transaction for a conflict (Postgres: a deadlock with a router's
+        deletion, say), nothing was written: the counts are locked and read again and ``choose`` is
+        called again. The lock's scope is exactly the read, the choice and the write; decisions of a
+        router counted otherwise never take it. A cancelled caller does not cancel the decision: it is committed. Returns what
         ``choose`` returned with the write."""
         chosen: list[Chosen] = []
         prepared: list[PreparedWrite] = []

@@ -85,7 +85,8 @@ def connection_lost(exc: BaseException) -> bool:
 
 def refused(exc: BaseException) -> Exception:
     """The error a request gets for the database's ``exc``: ``DatabaseUnavailable`` (a 503) when it
-    cannot be reached, else a ``LedgerError``."""
+    cannot be reached, ``Contended`` (a 503) when it aborted the write for a conflict, ``OwnerDeleted``
+    for a foreign key (the write's tenant, router or decision was deleted), else a ``LedgerError``."""
     if unreachable(exc):
         return DatabaseUnavailable(f"the ledger's database is unavailable: {exc!r}")
     if contended(exc):
