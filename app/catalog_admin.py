@@ -38,6 +38,7 @@ from app.schemas import (
 )
 from app.settings import Settings
 from app.state import fresh_policy
+from app.store.db import lock_routers
 from app.store.eventlog import max_event_id, snapshot_row
 from app.store.models import ApiKey, Backend, Router, RouterCounter, Tenant, utcnow
 from routers.base import PolicyConfigError, encode_state
@@ -126,6 +127,9 @@ def configured_limits(tenant: Tenant) -> TenantLimits:
 
 async def delete_tenant(session: AsyncSession, tenant: Tenant, news: Announcements) -> None:
     """The tenant with its keys, routers, decisions and feedback."""
+    await lock_routers(
+        session, list(await session.scalars(select(Router.id).where(Router.tenant_id == tenant.id)))
+    )
     await session.delete(tenant)
     await session.flush()
     news.catalog.append(f"tenant {tenant.name} deleted")
@@ -483,6 +487,7 @@ async def update_router(
 
 async def delete_router(session: AsyncSession, row: Router, news: Announcements) -> None:
     """The router with its decisions, feedback and snapshots."""
+    await lock_routers(session, [row.id])
     await session.delete(row)
     await session.flush()
     news.routers[row.id] = row.version + 1_000_000
@@ -492,6 +497,7 @@ async def replace_state(
     session: AsyncSession, row: Router, kind: str, state: bytes, news: Announcements
 ) -> None:
     """Start the router from ``state`` (``kind``: import or reset); events up to now are not folded on top."""
+    await lock_routers(session, [row.id])
     watermark = await max_event_id(session, row.id)
     session.add(snapshot_row(row, kind, watermark, 0, state))
     # the new state carries its own counts (t, queries); the gateway's count starts again from it

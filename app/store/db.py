@@ -19,11 +19,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from sqlalchemy import event, make_url
+from sqlalchemy import event, make_url, text
 from sqlalchemy.engine import Dialect, ExceptionContext
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -38,6 +38,7 @@ from app.store.availability import (
     contended,
     unreachable,
 )
+from app.store.driver_sql import lock_router_pg
 from app.store.ledger import Ledger
 from app.store.ledger_postgres import PostgresLedger
 from app.store.ledger_sqlite import SqliteLedger
@@ -224,6 +225,16 @@ async def transaction(session: AsyncSession, work: Callable[[], Awaitable[Done]]
             log.info("a transaction was aborted for a conflict (try %d); sending it again", attempt)
             await asyncio.sleep(random.uniform(0, CONTENDED_WAIT_S * attempt))
     raise AssertionError("unreachable")
+
+
+async def lock_routers(session: AsyncSession, router_ids: Sequence[int]) -> None:
+    """On Postgres, lock the routers exclusively (in id order) until the transaction ends, after the
+    request path's writes that hold them (app/store/driver_sql.router_locks_pg): a deletion's cascade
+    then meets none of them half done."""
+    if session.get_bind().dialect.name != "postgresql":
+        return
+    for router_id in sorted(router_ids):
+        await session.execute(text(lock_router_pg()), {"router_id": router_id})
 
 
 def make_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:

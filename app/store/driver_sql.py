@@ -157,13 +157,39 @@ def counter_upsert(values: str) -> str:
     )
 
 
+def router_lock_key(router: str) -> str:
+    """Postgres: the advisory lock key of the router whose id is the SQL expression ``router``."""
+    return f"hashtextextended('banditgate:router:' || ({router})::TEXT, 0)"
+
+
+def router_locks_pg(routers: str) -> str:
+    """Postgres: a query that takes a shared, transaction-level advisory lock on each router of the
+    BIGINT[] ``routers``, in id order. Every write of the request path takes its routers' locks so,
+    before it touches a row; deleting a router (or resetting it) takes its lock exclusively first
+    (``lock_router_pg``). So a deletion cascading through a router's rows never meets a write that
+    holds one of them while waiting for the router's row: without the locks, the two deadlock."""
+    return (
+        f"SELECT pg_advisory_xact_lock_shared({router_lock_key('r')}) "
+        f"FROM (SELECT unnest({routers}) AS r ORDER BY 1) AS routers"
+    )
+
+
+def lock_router_pg() -> str:
+    """Postgres: lock the router ``:router_id`` exclusively until the transaction ends (wait for the
+    writes that hold it shared: ``router_locks_pg``)."""
+    return f"SELECT pg_advisory_xact_lock({router_lock_key('CAST(:router_id AS BIGINT)')})"
+
+
 def counter_lock_pg() -> str:
     """Postgres: lock a router's counter row and return its (decisions, query_rounds); the row is
     created at (0, 0) when missing (a concurrent creator waits on the unique index, then takes the
-    lock in turn). Parameter: the router id. The lock is held until the transaction ends."""
+    lock in turn), after the router's shared advisory lock (``router_locks_pg``). Parameter: the
+    router id. The locks are held until the transaction ends."""
     table = RouterCounter.__tablename__
     return (
-        f"INSERT INTO {table} (router_id, decisions, query_rounds) VALUES ($1::BIGINT, 0, 0) "
+        f"WITH lk AS ({router_locks_pg('ARRAY[$1::BIGINT]')}) "
+        f"INSERT INTO {table} (router_id, decisions, query_rounds) "
+        "SELECT $1::BIGINT, 0, 0 WHERE (SELECT count(*) FROM lk) >= 0 "
         f"ON CONFLICT (router_id) DO UPDATE SET decisions = {table}.decisions "
         "RETURNING decisions, query_rounds"
     )

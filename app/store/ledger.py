@@ -76,12 +76,14 @@ class PreparedWrite:
     info: tuple[str, str] | None = None  # (decision id, the keys to merge as a JSON object)
     probes: list[list[Any]] = field(default_factory=list)
     answered_probes: list[tuple[str, str]] = field(default_factory=list)
+    routers: tuple[int, ...] = ()  # the routers its rows name (Postgres locks them first: ledger_postgres)
 
     @property
     def parameters(self) -> int:
         rows = self.decisions + self.attempts + self.feedback + self.probes
         marks = 2 * len(self.answered_probes)
-        return sum(len(r) for r in rows) + (3 if self.count else 0) + (2 if self.info else 0) + marks
+        counted = (3 if self.count else 0) + (2 if self.info else 0) + marks
+        return sum(len(r) for r in rows) + counted + (1 if self.routers else 0)
 
 
 @dataclass(frozen=True)
@@ -176,6 +178,12 @@ def prepare(write: LedgerWrite, dialect_name: str) -> PreparedWrite:
         tables, dialect_name
     )
     prepared.answered_probes = list(write.answered_probes)
+    named = [
+        row.get("router_id") for row in [*([decision] if decision else []), *write.feedback, *write.probes]
+    ]
+    if write.count is not None:
+        named.append(write.count[0])
+    prepared.routers = tuple(sorted({int(r) for r in named if r is not None}))
     prepared.feedback_keys = [
         (row.get("decision_id"), str(row["model"]), str(row["kind"])) for row in write.feedback
     ]

@@ -46,6 +46,7 @@ from app.store.driver_sql import (
     info_merge,
     pg_tuples,
     probes_answered,
+    router_locks_pg,
     rows_sql,
 )
 from app.store.ledger import (
@@ -133,10 +134,23 @@ def batch_statement(batch: Sequence[PreparedWrite]) -> tuple[str, list[Any]]:
     feedback = [r for w in batch for r in w.feedback]
     if feedback:
         sql, offset = rows_sql(driver_insert(FeedbackEvent, "postgresql"), len(feedback), offset)
-        main = f"{sql} {FEEDBACK_CONFLICT} RETURNING id, decision_id, model, kind"
+        parts.append(f"f AS ({sql} {FEEDBACK_CONFLICT} RETURNING id, decision_id, model, kind)")
         args.extend(value for row in feedback for value in row)
+    routers = sorted({r for w in batch for r in w.routers})
+    locked = "true"
+    if routers:
+        # the routers' locks before any row: the main query's one-time filter runs first, the
+        # data-modifying sub-statements after it (those the main query does not read, at its end)
+        parts.insert(0, f"lk AS ({router_locks_pg(f'${offset + 1}::BIGINT[]')})")
+        args.append(routers)
+        locked = "(SELECT count(*) FROM lk) >= 0"
+    if feedback:
+        main = f"SELECT id, decision_id, model, kind FROM f WHERE {locked}"
     else:
-        main = "SELECT NULL::BIGINT AS id, NULL AS decision_id, NULL AS model, NULL AS kind WHERE false"
+        main = (
+            "SELECT NULL::BIGINT AS id, NULL AS decision_id, NULL AS model, NULL AS kind "
+            f"FROM (SELECT {locked} AS locked) AS g WHERE NOT g.locked"
+        )
     statement = (f"WITH {', '.join(parts)} " if parts else "") + main
     return statement, args
 

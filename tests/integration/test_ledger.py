@@ -15,10 +15,10 @@ from datetime import UTC, datetime
 import asyncpg
 import numpy as np
 import pytest
-from sqlalchemy import select, text
+from sqlalchemy import delete, select, text
 
 from app.store.db import make_engine, make_ledger, make_sessionmaker
-from app.store.driver_sql import model_params
+from app.store.driver_sql import lock_router_pg, model_params
 from app.store.ledger import Ledger, LedgerClosed, LedgerError, LedgerWrite, OwnerDeleted
 from app.store.ledger_sqlite import SqliteLedger
 from app.store.models import Attempt, DecisionRow, FeedbackEvent, Router, RouterCounter, Tenant
@@ -357,6 +357,40 @@ async def test_postgres_a_counted_decision_aborted_for_a_deadlock_is_chosen_agai
             assert seen == [(1, 0), (1, 0)]
             assert "counted decision was aborted for a conflict" in caplog.text
             assert await place.counter() == 2
+        finally:
+            await ledger.close()
+
+
+async def test_postgres_a_write_waits_for_its_routers_deletion_instead_of_deadlocking(
+    pg_stack: Stack, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A deletion takes its router's advisory lock first (``lock_router_pg``), every write of the
+    request path takes its routers' locks before any row: a write that meets a deletion under way
+    waits for it, then finds its owner gone, with no deadlock for Postgres to break (no write sent
+    again), and a counted decision likewise."""
+    async with placed(pg_stack) as place:
+        ledger = make_ledger(pg_stack.database_url, max_batch=16)
+        try:
+            kept = place.decision()
+            await ledger.write(LedgerWrite(decision=kept))
+            with caplog.at_level(logging.INFO, logger="app.store.ledger_postgres"):
+                async with place.sessions() as deleting:
+                    await deleting.execute(text(lock_router_pg()), {"router_id": place.router_id})
+                    await deleting.execute(delete(Router).where(Router.id == place.router_id))
+                    write = asyncio.ensure_future(
+                        ledger.write(
+                            LedgerWrite(decision=place.decision(), feedback=[place.feedback(kept["id"])])
+                        )
+                    )
+                    counted = asyncio.ensure_future(ledger.counted(place.router_id, budgeted(place, [])))
+                    await until_waiting(place, "pg_advisory_xact_lock_shared")
+                    assert not write.done() and not counted.done()
+                    await deleting.commit()
+                with pytest.raises(OwnerDeleted):
+                    await write
+                with pytest.raises(OwnerDeleted):
+                    await counted
+            assert "aborted for a conflict" not in caplog.text
         finally:
             await ledger.close()
 

@@ -105,15 +105,30 @@ def test_a_postgres_batch_is_one_statement_with_its_parameters_in_order() -> Non
     decision_width = len(driver_insert(DecisionRow, "postgresql").columns)
     attempt_width = len(driver_insert(Attempt, "postgresql").columns)
     feedback_width = len(driver_insert(FeedbackEvent, "postgresql").columns)
-    assert len(args) == decision_width + attempt_width + 2 + 3 + feedback_width
-    assert sql.startswith("WITH d AS (INSERT INTO decisions")
+    assert len(args) == decision_width + attempt_width + 2 + 3 + feedback_width + 1
+    # the routers' advisory locks first (the main query's one-time filter), then the rows
+    assert sql.startswith("WITH lk AS (SELECT pg_advisory_xact_lock_shared(")
+    assert ", d AS (INSERT INTO decisions" in sql
     assert ", a AS (INSERT INTO attempts" in sql and ", u AS (UPDATE decisions" in sql
     assert ", c AS (INSERT INTO router_counters" in sql
-    assert sql.endswith(
-        "ON CONFLICT (decision_id, model, kind) DO NOTHING RETURNING id, decision_id, model, kind"
-    )
+    assert "ON CONFLICT (decision_id, model, kind) DO NOTHING RETURNING id, decision_id, model, kind)" in sql
+    assert sql.endswith("SELECT id, decision_id, model, kind FROM f WHERE (SELECT count(*) FROM lk) >= 0")
+    assert args[-1] == [2]  # every router the batch names, once, in id order
     # the counters' increments were merged: one row for router 2, 2 decisions, 1 query round
     counter_at = decision_width + attempt_width + 2
     assert args[counter_at : counter_at + 3] == [2, 2, 1]
     assert args[decision_width + attempt_width : counter_at] == ["d0", json.dumps({"answered_by": "b"})]
-    assert f"${len(args)}::" in sql and f"${len(args) + 1}" not in sql
+    assert f"${len(args)}::BIGINT[]" in sql and f"${len(args) + 1}" not in sql
+
+
+def test_a_postgres_batch_without_routers_takes_no_lock_and_one_without_feedback_still_locks() -> None:
+    merge = prepare(LedgerWrite(info=("d0", {"answered_by": "b"})), "postgresql")
+    assert merge.routers == ()
+    sql, args = batch_statement([merge])
+    assert "pg_advisory" not in sql and args == ["d0", json.dumps({"answered_by": "b"})]
+    assert sql.endswith("FROM (SELECT true AS locked) AS g WHERE NOT g.locked")
+    counted = prepare(LedgerWrite(decision=DECISION, count=(2, 1, 0)), "postgresql")
+    assert counted.routers == (2,)
+    sql, args = batch_statement([counted])
+    assert sql.startswith("WITH lk AS (") and args[-1] == [2]
+    assert sql.endswith("FROM (SELECT (SELECT count(*) FROM lk) >= 0 AS locked) AS g WHERE NOT g.locked")
