@@ -127,6 +127,15 @@ def test_forward_cpu(tmp_path: Path) -> None:
     assert out.startswith("always, chat: process CPU per request")
 
 
+def test_admin_chaos(tmp_path: Path) -> None:
+    out = run(tmp_path, "admin_chaos", "greedy:judge=1", "--seconds", 2, "--clients", 3)
+    lines = out.splitlines()
+    assert lines[0].startswith("greedy:judge=1 on sqlite x1: ")
+    assert lines[1].startswith("statuses: ") and "chat 200" in lines[1]
+    assert any(line.startswith("5xx: ") for line in lines)
+    assert lines[-1].startswith("sent again after a conflict: ")
+
+
 def test_harness_overhead(tmp_path: Path) -> None:
     out = run(tmp_path, "harness_overhead", "--models", 3, "--prompts", 40, "--dim", 8, "--horizon", 50)
     assert "linucb" in out
